@@ -1,0 +1,1 @@
+"""absl binaries: train, adapt, privacy, benchmark, plot."""

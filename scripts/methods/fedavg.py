@@ -1,0 +1,40 @@
+"""FedAvg: TFF's own `tff.learning.algorithms.build_weighted_fed_avg`."""
+
+import tensorflow_federated as tff
+
+from tff_partial.measure import comm
+from tff_partial.training import method
+
+FLAG_NAMES = ()
+
+
+def validate_flags() -> None:
+  pass
+
+
+def build(ctx: method.MethodContext) -> method.BuiltMethod:
+  aggregator = ctx.model_aggregator
+  if isinstance(aggregator, tff.aggregators.UnweightedAggregationFactory):
+    process = tff.learning.algorithms.build_unweighted_fed_avg(
+        ctx.task.baseline.model_fn,
+        client_optimizer_fn=ctx.client_optimizer,
+        server_optimizer_fn=ctx.server_optimizer,
+        model_aggregator=aggregator,
+    )
+  else:
+    process = tff.learning.algorithms.build_weighted_fed_avg(
+        ctx.task.baseline.model_fn,
+        client_optimizer_fn=ctx.client_optimizer,
+        server_optimizer_fn=ctx.server_optimizer,
+        model_aggregator=aggregator,
+    )
+  weights_type = method.model_weights_type(ctx.task)
+  params = method.count_params(weights_type)
+  return method.BuiltMethod(
+      name='fedavg',
+      process=process,
+      params_total=params,
+      params_trainable=method.count_params(weights_type.trainable),
+      client_model_params=params,
+      bytes=comm.client_bytes(process.next),
+  )

@@ -1,0 +1,1 @@
+"""Tasks: datasets, preprocessing and models, and the task registry."""

@@ -1,0 +1,235 @@
+"""The task registry: every task of the four papers, selectable by name.
+
+A task is a `tff.simulation.baselines.BaselineTask` (validated datasets and
+preprocessing plus a `tff.learning` model function) together with what the
+methods of this package need beyond it: the uncompiled Keras model with stable
+layer names (FedPT freezes layers, PVT types variables, federated select slices
+them by name), the loss and metrics, and where the data came from.
+
+Each task family registers a `create_fn(**hparams, data_source, data_dir,
+cache_dir, train_client_spec, eval_client_spec, seed)` together with its own
+hyperparameters; binaries turn those into prefixed absl flags
+(`--cifar10_num_clients`, ...) with `scripts/flag_groups.py`.
+"""
+
+import collections
+import dataclasses
+from typing import Any, Callable, Mapping, Optional, Sequence
+
+import tensorflow as tf
+import tensorflow_federated as tff
+
+DATA_SOURCES = ('auto', 'tff', 'leaf', 'h5', 'jpeg', 'text', 'synthetic')
+
+
+class TaskError(ValueError):
+  """A task cannot be built as asked; the message names the flag to change."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Task:
+  """A federated task: TFF baseline task plus the Keras model behind it.
+
+  Attributes:
+    name: registry name, e.g. `emnist_cnn`.
+    baseline: the `tff.simulation.baselines.BaselineTask` (datasets with
+      preprocessing, and `model_fn` returning a `tff.learning` model).
+    keras_model_fn: no-arg callable returning a new, uncompiled Keras model
+      with stable layer names; `baseline.model_fn` wraps the same model.
+    loss_fn: no-arg callable returning the Keras loss.
+    metrics_fn: no-arg callable returning a list of Keras metrics.
+    data_source: where the data came from (`tff`, `leaf`, `h5`, `jpeg`,
+      `text`, `synthetic`).
+    data_description: one human-readable line on the data (for logs/README).
+  """
+
+  name: str
+  baseline: tff.simulation.baselines.BaselineTask
+  keras_model_fn: Callable[[], tf.keras.Model]
+  loss_fn: Callable[[], tf.keras.losses.Loss]
+  metrics_fn: Callable[[], list]
+  data_source: str
+  data_description: str = ''
+
+  @property
+  def train_data(self) -> tff.simulation.datasets.ClientData:
+    return self.baseline.datasets.train_data
+
+  @property
+  def test_data(self):
+    return self.baseline.datasets.test_data
+
+  @property
+  def population(self) -> int:
+    """Number of training clients."""
+    return len(self.train_data.client_ids)
+
+  @property
+  def num_test_clients(self) -> Optional[int]:
+    test = self.test_data
+    if isinstance(test, tff.simulation.datasets.ClientData):
+      return len(test.client_ids)
+    return None
+
+  def compiled_keras_model(self) -> tf.keras.Model:
+    model = self.keras_model_fn()
+    model.compile(loss=self.loss_fn(), metrics=self.metrics_fn())
+    return model
+
+  def centralized_test_dataset(self) -> tf.data.Dataset:
+    """All test examples, preprocessed for evaluation (batched)."""
+    test = self.test_data
+    if isinstance(test, tff.simulation.datasets.ClientData):
+      test = test.create_tf_dataset_from_all_clients()
+    return self.baseline.datasets.eval_preprocess_fn(test)
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskSpec:
+  """A registered task: how to build it and its own hyperparameters."""
+
+  name: str
+  create_fn: Callable[..., Task]
+  flag_prefix: str
+  hparams: Mapping[str, Any]
+  hparam_help: Mapping[str, str]
+  data_sources: Sequence[str]
+  description: str
+
+
+_REGISTRY: 'collections.OrderedDict[str, TaskSpec]' = collections.OrderedDict()
+
+
+def register_task(
+    name: str,
+    create_fn: Callable[..., Task],
+    *,
+    flag_prefix: str,
+    hparams: Optional[Mapping[str, Any]] = None,
+    hparam_help: Optional[Mapping[str, str]] = None,
+    data_sources: Sequence[str] = ('auto', 'synthetic'),
+    description: str = '',
+) -> None:
+  """Registers a task family member. `hparams` maps name -> default value."""
+  if name in _REGISTRY:
+    raise ValueError(f'task {name!r} is already registered')
+  hparams = dict(hparams or {})
+  hparam_help = dict(hparam_help or {})
+  _REGISTRY[name] = TaskSpec(
+      name=name,
+      create_fn=create_fn,
+      flag_prefix=flag_prefix,
+      hparams=hparams,
+      hparam_help=hparam_help,
+      data_sources=tuple(data_sources),
+      description=description,
+  )
+
+
+def _load_builtin_tasks() -> None:
+  # Importing a task module registers its tasks. Kept in one place so that the
+  # registry is complete whichever module asks first.
+  # pylint: disable=g-import-not-at-top,unused-import
+  from tasks import emnist  # noqa: F401
+  for optional in ('cifar10', 'stackoverflow', 'shakespeare'):
+    try:
+      __import__(f'tasks.{optional}')
+    except ModuleNotFoundError as e:
+      if e.name != f'tasks.{optional}':
+        raise
+
+
+def task_specs() -> 'collections.OrderedDict[str, TaskSpec]':
+  if not _REGISTRY:
+    _load_builtin_tasks()
+  return _REGISTRY
+
+
+def task_names() -> list[str]:
+  return list(task_specs().keys())
+
+
+def get_spec(name: str) -> TaskSpec:
+  specs = task_specs()
+  if name not in specs:
+    raise TaskError(
+        f'--task={name!r} is not a known task; valid values: '
+        + ', '.join(specs)
+    )
+  return specs[name]
+
+
+def create_task(
+    name: str,
+    *,
+    train_client_spec: tff.simulation.baselines.ClientSpec,
+    eval_client_spec: Optional[tff.simulation.baselines.ClientSpec] = None,
+    data_source: str = 'auto',
+    data_dir: Optional[str] = None,
+    cache_dir: Optional[str] = None,
+    seed: int = 0,
+    **hparams,
+) -> Task:
+  """Builds task `name`; unknown hparams or data sources raise `TaskError`."""
+  spec = get_spec(name)
+  unknown = set(hparams) - set(spec.hparams)
+  if unknown:
+    raise TaskError(
+        f'task {name!r} has no hyperparameter(s) {sorted(unknown)}; it takes '
+        f'{sorted(spec.hparams) or "none"}'
+    )
+  if data_source not in spec.data_sources:
+    raise TaskError(
+        f'--data_source={data_source!r} is not available for --task={name}; '
+        f'valid values: {", ".join(spec.data_sources)}'
+    )
+  if eval_client_spec is None:
+    eval_client_spec = tff.simulation.baselines.ClientSpec(
+        num_epochs=1, batch_size=128, shuffle_buffer_size=1
+    )
+  kwargs = dict(spec.hparams)
+  kwargs.update(hparams)
+  return spec.create_fn(
+      train_client_spec=train_client_spec,
+      eval_client_spec=eval_client_spec,
+      data_source=data_source,
+      data_dir=data_dir,
+      cache_dir=cache_dir,
+      seed=seed,
+      **kwargs,
+  )
+
+
+def make_baseline_task(
+    *,
+    train_data,
+    test_data,
+    train_preprocess_fn,
+    eval_preprocess_fn,
+    keras_model_fn,
+    loss_fn,
+    metrics_fn,
+) -> tff.simulation.baselines.BaselineTask:
+  """A `BaselineTask` whose `model_fn` wraps `keras_model_fn` for TFF.
+
+  `BaselineTask` itself checks that the model's input spec matches the
+  preprocessed data.
+  """
+  datasets = tff.simulation.baselines.BaselineTaskDatasets(
+      train_data=train_data,
+      test_data=test_data,
+      validation_data=None,
+      train_preprocess_fn=train_preprocess_fn,
+      eval_preprocess_fn=eval_preprocess_fn,
+  )
+  input_spec = datasets.element_type_structure
+
+  def model_fn() -> tff.learning.models.VariableModel:
+    return tff.learning.models.from_keras_model(
+        keras_model=keras_model_fn(),
+        loss=loss_fn(),
+        input_spec=input_spec,
+        metrics=metrics_fn(),
+    )
+
+  return tff.simulation.baselines.BaselineTask(datasets, model_fn)

@@ -1,0 +1,1 @@
+"""tff_partial: partial-model federated learning building blocks for TFF."""
