@@ -1,6 +1,5 @@
 """Tests of the CIFAR-10 ResNet-18-GN task (tasks/cifar10.py) on the JPEG sample."""
 
-import collections
 
 import numpy as np
 import tensorflow as tf

@@ -1,6 +1,6 @@
 """Tests of the Shakespeare char and word tasks (tasks/shakespeare.py)."""
 
-import collections
+import tempfile
 
 import numpy as np
 import tensorflow as tf
@@ -37,7 +37,7 @@ class LoadTest(tf.test.TestCase):
   def test_auto_without_data_is_a_clear_error(self):
     with self.assertRaisesRegex(registry.TaskError, '--data_source=h5 --data_dir'):
       registry.create_task('shakespeare_char', train_client_spec=testing_utils.client_spec(),
-                           cache_dir=self.create_tempdir().full_path)
+                           cache_dir=tempfile.mkdtemp())
 
   def test_sentences_and_vocab(self):
     sentences = shakespeare.snippet_to_sentences(tf.constant(

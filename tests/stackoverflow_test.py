@@ -1,5 +1,7 @@
 """Tests of the Stack Overflow tasks (tasks/stackoverflow.py) on TFF's synthetic data."""
 
+import tempfile
+
 import numpy as np
 import tensorflow as tf
 
@@ -64,7 +66,7 @@ class NwpTaskTest(tf.test.TestCase):
   def test_auto_without_database_is_a_clear_error(self):
     with self.assertRaisesRegex(registry.TaskError, 'stackoverflow.sqlite.*--data_source=synthetic'):
       registry.create_task('stackoverflow_nwp', train_client_spec=testing_utils.client_spec(),
-                           cache_dir=self.create_tempdir().full_path)
+                           cache_dir=tempfile.mkdtemp())
 
   def test_accuracy_masks_pad_oov_eos(self):
     task = _synthetic('stackoverflow_nwp', vocab_size=10, num_layers=1, embed_dim=8,
