@@ -1,5 +1,5 @@
 # The README's two commands: `make setup` and `make test`.
-.PHONY: setup setup-bazel test test-fast bazel-build bazel-check bazel-test
+.PHONY: setup setup-bazel test test-fast bazel-gen bazel-check bazel-test
 PY := .venv/bin/python
 PYTEST_WORKERS ?= 2
 BAZEL ?= bazel
@@ -18,13 +18,15 @@ test:
 
 # Bazel (offline, Debian's 4.2.3; see docs/bazel.md). BUILD files of the Python
 # packages are generated from the sources' imports; the generator is stdlib-only.
-bazel-build:
+bazel-gen:
 	python3 scripts/gen_bazel_build.py
 
 bazel-check:
 	python3 scripts/gen_bazel_build.py --check
 
-# Tests run with .venv/bin/python (the toolchain in //:BUILD), offline
+# Builds every target (a broken label anywhere fails here), then tests
+# BAZEL_TARGETS with .venv/bin/python (the toolchain in //:BUILD), offline
 # (.bazelrc). Example: make bazel-test BAZEL_TARGETS="//tests:comm_test"
 bazel-test: bazel-check
+	$(BAZEL) build $(BAZEL_FLAGS) //...
 	$(BAZEL) test $(BAZEL_FLAGS) $(BAZEL_TARGETS)
