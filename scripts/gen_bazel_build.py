@@ -27,7 +27,7 @@ A source file can add to its target with comment lines (one key per line):
   # bazel: tags=exclusive,manual
   # bazel: deps=//tasks,//scripts:train
 Tests are `size = "medium"` (300 s timeout) by default and `"large"` (900 s)
-when they read real data (`shared_data(` appears in them).
+when they read real data (they call `shared_data(...)`).
 
 The output is deterministic (sorted), so `--check` can compare it byte for
 byte: CI runs it (`make bazel-check`), so a new module, test or import cannot
@@ -141,11 +141,6 @@ def _dynamic_import(node: ast.Call) -> Optional[str]:
   return None
 
 
-def _package_of(folder: str, name: str) -> str:
-  pkg = folder.replace('/', '.')
-  return pkg  # the package a module of `folder` lives in (also for __init__)
-
-
 def read_source(repo: str, folder: str, name: str) -> Source:
   path = os.path.join(repo, folder, name)
   with open(path, encoding='utf-8') as f:
@@ -154,8 +149,9 @@ def read_source(repo: str, folder: str, name: str) -> Source:
     tree = ast.parse(text, filename=path)
   except SyntaxError as e:
     raise GenError(f'{folder}/{name}: cannot parse ({e})') from e
-  package = _package_of(folder, name)
+  package = folder.replace('/', '.')  # of every module here, __init__ too
   imports = set()
+  reads_real_data = False  # calls testing_utils.shared_data(...)
   for node in ast.walk(tree):
     if isinstance(node, ast.Import):
       imports.update(alias.name for alias in node.names)
@@ -174,6 +170,9 @@ def read_source(repo: str, folder: str, name: str) -> Source:
       module = _dynamic_import(node)
       if module:
         imports.add(module)
+      func = node.func
+      if getattr(func, 'id', getattr(func, 'attr', None)) == 'shared_data':
+        reads_real_data = True
   directives = {}
   for lineno, line in _comments(text):
     m = _DIRECTIVE.match(line)
@@ -184,7 +183,7 @@ def read_source(repo: str, folder: str, name: str) -> Source:
       directives.setdefault(key, []).extend(values)
   if name.endswith('_test.py'):
     kind = 'test'
-    if 'shared_data(' in text and 'size' not in directives:
+    if reads_real_data and 'size' not in directives:
       directives['size'] = [REAL_DATA_TEST_SIZE]
   elif any(_is_main_guard(stmt) for stmt in tree.body):
     kind = 'bin'
