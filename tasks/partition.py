@@ -39,7 +39,8 @@ def dirichlet_label_split(
     examples_per_client: exact number of examples of every client (> 0);
       `num_clients * examples_per_client` must not exceed `n`.
     alpha: Dirichlet concentration (> 0).
-    seed: seed of the `numpy.random.Generator` behind every random choice.
+    seed: seed (int or `numpy.random.SeedSequence`) of the
+      `numpy.random.Generator` behind every random choice.
     num_classes: number of labels; default `max(labels) + 1`.
 
   Returns:

@@ -1,5 +1,6 @@
 """Tests of the CIFAR-10 ResNet-18-GN task (tasks/cifar10.py) on the JPEG sample."""
 
+import os
 
 import numpy as np
 import tensorflow as tf
@@ -80,6 +81,13 @@ class Cifar10TaskTest(tf.test.TestCase):
       registry.create_task('cifar10_resnet18',
                            train_client_spec=testing_utils.client_spec(),
                            data_source='jpeg')
+
+  def test_auto_offline_says_how_to_point_at_local_data(self):
+    if os.path.exists(os.path.expanduser('~/.keras/datasets/cifar-10-batches-py')):
+      self.skipTest("Keras' CIFAR-10 is cached here")
+    with self.assertRaisesRegex(registry.TaskError, '--data_source=jpeg --data_dir='):
+      registry.create_task('cifar10_resnet18', train_client_spec=testing_utils.client_spec(),
+                           data_source='auto', width=8, num_clients=2)
 
   def test_fedavg_learns_on_jpeg_sample(self):
     # A short FedAvg run on real CIFAR-10 images: 10 clients x 100 examples
