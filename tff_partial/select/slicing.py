@@ -6,7 +6,8 @@ an update that the server *deselects* (`phi`) into the full model. This module
 defines `psi` and `phi` for the layer kinds of the paper, generically by layer
 name and Keras layer class:
 
-* structured keys (sec. 4.1.1, 5.2, 5.4):
+* structured keys (sec. 4.1.1, 5.2, 5.4; a Dense layer that both reads the
+  input and is the output, like logistic regression, is sliced by input rows):
   - `Embedding`: key k selects row k of the embedding table (`rows`);
   - a `Dense` layer fed by the model input (bag of words): row k of its kernel
     (`rows`); the client's inputs are restricted to the selected features;
@@ -284,6 +285,12 @@ def make_select_spec(model: tf.keras.Model,
           slices.append(_vslice(model, layer.embeddings, 0))
           input_role = 'tokens'
         elif (isinstance(layer, tf.keras.layers.Dense)
+              and _is_model_input_layer(model, layer)):
+          kinds.append(ROWS)
+          n = int(layer.kernel.shape[0])
+          slices.append(_vslice(model, layer.kernel, 0))
+          input_role = 'features'
+        elif (isinstance(layer, tf.keras.layers.Dense)
               and _is_output_layer(model, layer)):
           kinds.append(OUTPUTS)
           n = int(layer.kernel.shape[-1])
@@ -291,12 +298,6 @@ def make_select_spec(model: tf.keras.Model,
           if layer.use_bias:
             slices.append(_vslice(model, layer.bias, 0))
           output_role = 'classes'
-        elif (isinstance(layer, tf.keras.layers.Dense)
-              and _is_model_input_layer(model, layer)):
-          kinds.append(ROWS)
-          n = int(layer.kernel.shape[0])
-          slices.append(_vslice(model, layer.kernel, 0))
-          input_role = 'features'
         else:
           raise ValueError(
               f'--select_layer={name}: structured keys apply to an Embedding, '
@@ -480,8 +481,7 @@ def build_client_keras_model(keras_model_fn: Callable[[], tf.keras.Model],
       elif isinstance(layer, tf.keras.layers.Conv2D):
         config['filters'] = n
       elif isinstance(layer, tf.keras.layers.Dense):
-        if not (input_dim is not None and _is_model_input_layer(model, layer)
-                and not _is_output_layer(model, layer)):
+        if not (input_dim is not None and _is_model_input_layer(model, layer)):
           config['units'] = n
     if layer.name in norm_after:
       # Random filters break GroupNorm's groups; keep groups that divide m*B.
@@ -624,7 +624,7 @@ def group_configs(model: tf.keras.Model, layers: Sequence[str],
     if isinstance(layer, tf.keras.layers.Embedding):
       return int(layer.embeddings.shape[0])
     if isinstance(layer, tf.keras.layers.Dense) and _is_model_input_layer(
-        model, layer) and not _is_output_layer(model, layer):
+        model, layer):
       return int(layer.kernel.shape[0])
     return int(layer.kernel.shape[-1])
 
