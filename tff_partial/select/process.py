@@ -157,8 +157,10 @@ def build_federated_select_process(
   @tff.tensorflow.computation(client_data_type)
   def client_dataset(client_data):
     keys = client_data['keys']
+    # tf.data unpacks tuple elements into arguments; put them back together.
     return client_data['data'].map(
-        lambda batch: slicing.remap_batch(spec, keys, batch))
+        lambda *batch: slicing.remap_batch(
+            spec, keys, batch if len(batch) > 1 else batch[0]))
 
   @tff.tensorflow.computation(sub_weights_type.trainable, keys_type)
   def make_upload(update, keys):
