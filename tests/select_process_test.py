@@ -10,7 +10,7 @@ from tff_partial.measure import comm
 from tff_partial.select import keys as keys_lib
 from tff_partial.select import process as process_lib
 from tff_partial.select import slicing
-from tests import select_slicing_test as models
+from tests import select_test_utils as models
 
 
 def _loss():
