@@ -74,12 +74,18 @@ class AggregatorChoice:
   target_delta: Optional[float] = None
 
 
+def _given(name: str) -> bool:
+  """The flag was set on the command line (or by a test's flagsaver)."""
+  holder = flags.FLAGS[name]
+  return bool(holder.present) or not holder.using_default_value
+
+
 def validate_flags(algorithm: str) -> None:
   """Rejects flags that do not apply to --aggregator and bad DP values."""
   del algorithm  # every method takes every aggregator (docs/privacy.md)
   name = _AGGREGATOR.value
   for flag_name in FLAG_NAMES:
-    if flags.FLAGS[flag_name].present and flag_name not in _FLAGS_OF[name]:
+    if _given(flag_name) and flag_name not in _FLAGS_OF[name]:
       users = [a for a, names in _FLAGS_OF.items() if flag_name in names]
       raise flag_groups.FlagError(
           f'--{flag_name} applies only to --aggregator={"/".join(users)}, '
