@@ -45,6 +45,12 @@ def build_dp_gaussian_factory(
     if not 0.0 <= target_unclipped_quantile <= 1.0:
       raise ValueError(
           f'target_unclipped_quantile={target_unclipped_quantile} must be in [0, 1]')
+    # TFF spends part of the budget on the clipped count with noise std
+    # 0.05 * clients_per_round; that is impossible unless z < 0.1 * clients.
+    if noise_multiplier >= 0.1 * clients_per_round:
+      raise ValueError(
+          f'adaptive clipping needs noise_multiplier < 0.1 * clients_per_round; got '
+          f'noise_multiplier={noise_multiplier}, clients_per_round={clients_per_round}')
     return tff.aggregators.DifferentiallyPrivateFactory.gaussian_adaptive(
         noise_multiplier=float(noise_multiplier),
         clients_per_round=float(clients_per_round),
