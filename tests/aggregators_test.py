@@ -55,6 +55,8 @@ class AggregatorFlagsTest(tf.test.TestCase):
     self.assertAlmostEqual(choice.epsilon_fn(50),
                            accounting.dp_ftrl_epsilon(1.5, 50, 10, 1000, 1e-4))
     self.assertLess(choice.epsilon_fn(10), choice.epsilon_fn(50))
+    first_epoch = np.concatenate([choice.client_indices_fn(r) for r in range(1, 101)])
+    self.assertLen(set(first_epoch.tolist()), 1000)  # each client once per epoch
     # The server optimizer is SGD with momentum 0.9 at lr 0.5.
     opt = choice.server_optimizer
     state = opt.initialize(tf.TensorSpec([1], tf.float32))

@@ -10,7 +10,7 @@ must then aggregate its client updates with it unweighted (docs/privacy.md).
 """
 
 import dataclasses
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 from absl import flags
 import tensorflow_federated as tff
@@ -24,6 +24,8 @@ AGGREGATORS = ('mean', 'dp_ftrl', 'dp_gaussian', 'median')
 DP_AGGREGATORS = ('dp_ftrl', 'dp_gaussian')
 # Server optimizers DP-FTRL's FTRL-with-momentum update can be written as.
 DP_FTRL_SERVER_OPTIMIZERS = ('sgd', 'sgdm')
+# Federated select key policies whose keys do not depend on client data.
+SELECT_POLICIES_UNDER_DP = ('random',)
 
 _AGGREGATOR = flags.DEFINE_enum(
     'aggregator', 'mean', AGGREGATORS, 'How client model updates are aggregated.'
@@ -66,12 +68,17 @@ class AggregatorChoice:
     needs its own (DP-FTRL); None keeps it.
   epsilon_fn: rounds completed -> epsilon at --target_delta; None without DP.
   target_delta: the delta of `epsilon_fn`; None without DP.
+  client_indices_fn: round number (from 1) -> indices into
+    `task.train_data.client_ids` of that round's clients, when the mechanism's
+    guarantee needs a particular sampling (DP-FTRL: each client at most once
+    per epoch); None means the loop's own uniform sampling.
   """
 
   factory: Optional[method.AggregationFactory] = None
   server_optimizer: Optional[tff.learning.optimizers.Optimizer] = None
   epsilon_fn: Optional[Callable[[int], float]] = None
   target_delta: Optional[float] = None
+  client_indices_fn: Optional[Callable[[int], Sequence[int]]] = None
 
 
 def _given(name: str) -> bool:
@@ -82,7 +89,6 @@ def _given(name: str) -> bool:
 
 def validate_flags(algorithm: str) -> None:
   """Rejects flags that do not apply to --aggregator and bad DP values."""
-  del algorithm  # every method takes every aggregator (docs/privacy.md)
   name = _AGGREGATOR.value
   for flag_name in FLAG_NAMES:
     if _given(flag_name) and flag_name not in _FLAGS_OF[name]:
@@ -100,6 +106,13 @@ def validate_flags(algorithm: str) -> None:
   delta = _TARGET_DELTA.value
   if delta is not None and not 0.0 < delta < 1.0:
     raise flag_groups.FlagError(f'--target_delta={delta} must be in (0, 1)')
+  if (algorithm == 'select' and 'select_policy' in flags.FLAGS
+      and flags.FLAGS['select_policy'].value not in SELECT_POLICIES_UNDER_DP):
+    raise flag_groups.FlagError(
+        f'--aggregator={name} with --algorithm=select needs --select_policy in '
+        f'{{{",".join(SELECT_POLICIES_UNDER_DP)}}}: keys chosen from a client\'s data '
+        f'(--select_policy={flags.FLAGS["select_policy"].value}) reveal which rows its '
+        'data touches, and the DP noise does not cover them (docs/privacy.md)')
   if name == 'dp_ftrl':
     server_opt = flags.FLAGS['server_optimizer'].value
     if server_opt not in DP_FTRL_SERVER_OPTIMIZERS:
@@ -157,8 +170,10 @@ def build(task, clients_per_round: int, total_rounds: int,
       return accounting.dp_ftrl_epsilon(
           noise, rounds, clients_per_round, population, delta, restart=restart)
 
-    return AggregatorChoice(factory=factory, server_optimizer=server_opt,
-                            epsilon_fn=epsilon_fn, target_delta=delta)
+    return AggregatorChoice(
+        factory=factory, server_optimizer=server_opt, epsilon_fn=epsilon_fn,
+        target_delta=delta,
+        client_indices_fn=privacy.build_epoch_sampler(population, clients_per_round, seed))
 
   try:
     factory = privacy.build_dp_gaussian_factory(

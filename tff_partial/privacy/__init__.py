@@ -11,3 +11,4 @@ from tff_partial.privacy.dp_ftrl import DPFTRLFactory
 from tff_partial.privacy.dp_ftrl import rounds_per_epoch
 from tff_partial.privacy.median import build_median_factory
 from tff_partial.privacy.median import CoordinateMedianFactory
+from tff_partial.privacy.sampling import build_epoch_sampler
