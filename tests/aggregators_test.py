@@ -1,6 +1,8 @@
 """Tests of scripts.methods.aggregators: flags, validation, and every
 aggregator composed with FedAvg on a tiny EMNIST task."""
 
+import contextlib
+
 from absl import flags
 from absl.testing import flagsaver
 import numpy as np
@@ -9,11 +11,11 @@ import tensorflow_federated as tff
 
 from scripts import flag_groups
 from scripts.methods import aggregators
+from scripts.methods import fedavg
 from tasks import registry
 from tests import testing_utils
 from tff_partial import privacy
 from tff_partial.privacy import accounting
-from tff_partial.measure import comm
 from tff_partial.training import method
 
 
@@ -131,15 +133,7 @@ class FedAvgCompositionTest(tf.test.TestCase):
             task=task, client_optimizer=tff.learning.optimizers.build_sgdm(0.05),
             server_optimizer=privacy.build_dp_ftrl_server_optimizer(1.0, 0.9),
             model_aggregator=factory, clients_per_round=2)
-        # What scripts/methods/fedavg.py builds for an unweighted factory.
-        # (fedavg.build itself currently fails in method.count_params on TFF
-        # struct types: a foundation bug reported to the lead.)
-        process = tff.learning.algorithms.build_unweighted_fed_avg(
-            task.baseline.model_fn, client_optimizer_fn=ctx.client_optimizer,
-            server_optimizer_fn=ctx.server_optimizer, model_aggregator=ctx.model_aggregator)
-        built = method.BuiltMethod(
-            name='fedavg', process=process, params_total=0, params_trainable=0,
-            client_model_params=0, bytes=comm.client_bytes(process.next))
+        built = fedavg.build(ctx)
         state = built.process.initialize()
         before = built.process.get_model_weights(state).trainable
         out = built.process.next(state, clients)
@@ -157,3 +151,53 @@ class FedAvgCompositionTest(tf.test.TestCase):
 
 if __name__ == '__main__':
   tf.test.main()
+
+
+class TrainBinaryTest(tf.test.TestCase):
+  """`scripts.train` with DP aggregators: --dry_run epsilon and a short run."""
+
+  def setUp(self):
+    super().setUp()
+    if not flags.FLAGS.is_parsed():
+      flags.FLAGS.mark_as_parsed()
+
+  def _main(self, **flag_values):
+    from scripts import train  # pylint: disable=g-import-not-at-top
+    # A real file, not StringIO: TFF starts its executor as a subprocess that
+    # inherits stdout's file descriptor.
+    out_path = self.create_tempfile().full_path
+    with flagsaver.flagsaver(task='emnist_2nn', data_source='synthetic', client_max_batches=2,
+                             clients_per_round=1, **flag_values):
+      with open(out_path, 'w') as out, contextlib.redirect_stdout(out):
+        train.main(['train'])
+    with open(out_path) as f:
+      return f.read().strip().splitlines()
+
+  def test_dry_run_reports_epsilon_of_the_planned_run(self):
+    import json  # pylint: disable=g-import-not-at-top
+    report = json.loads(self._main(
+        aggregator='dp_ftrl', noise_multiplier=2.0, clip_norm=0.3, target_delta=1e-3,
+        total_rounds=7, server_optimizer='sgdm', dry_run=True)[-1])
+    population = report['population']
+    self.assertAlmostEqual(
+        report['epsilon'], accounting.dp_ftrl_epsilon(2.0, 7, 1, population, 1e-3))
+    report = json.loads(self._main(aggregator='median', total_rounds=3, dry_run=True)[-1])
+    self.assertIsNone(report['epsilon'])
+
+  def test_two_rounds_log_epsilon_so_far(self):
+    output_dir = self.create_tempdir().full_path
+    lines = self._main(
+        aggregator='dp_gaussian', noise_multiplier=1.0, clip_norm=0.1, target_delta=1e-3,
+        total_rounds=2, root_output_dir=output_dir, experiment_name='dp')
+    import csv  # pylint: disable=g-import-not-at-top
+    import os  # pylint: disable=g-import-not-at-top
+    with open(os.path.join(output_dir, 'dp', 'metrics.csv')) as f:
+      rows = {int(r['round_num']): r for r in csv.DictReader(f)}
+    population = registry.create_task(
+        'emnist_2nn', train_client_spec=testing_utils.client_spec(),
+        data_source='synthetic').population
+    for r in (1, 2):
+      self.assertAlmostEqual(float(rows[r]['privacy/epsilon']),
+                             accounting.dp_fedavg_epsilon(1.0, r, 1, population, 1e-3), places=5)
+    self.assertLess(float(rows[1]['privacy/epsilon']), float(rows[2]['privacy/epsilon']))
+    self.assertTrue(any('epsilon' in line for line in lines))
