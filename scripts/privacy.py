@@ -14,19 +14,22 @@ import math
 from absl import app
 from absl import flags
 
+from scripts import flag_groups
+from scripts.methods import aggregators
 from tff_partial.privacy import accounting
 
 _MECHANISM = flags.DEFINE_enum(
     'mechanism', 'dp_ftrl', ('dp_ftrl', 'dp_gaussian'),
     'dp_ftrl: tree aggregation restarted every epoch; dp_gaussian: DP-FedAvg.')
-_NOISE = flags.DEFINE_float('noise_multiplier', None, 'Noise std / clip norm (>= 0).')
 _ROUNDS = flags.DEFINE_integer('rounds', None, 'Training rounds (>= 0).')
-_CPR = flags.DEFINE_integer('clients_per_round', None, 'Clients per round.')
 _POPULATION = flags.DEFINE_integer('population', None, 'Number of training clients.')
-_DELTA = flags.DEFINE_float('target_delta', None, 'Delta in (0, 1); default 1/population.')
-_SAMPLING = flags.DEFINE_enum(
-    'dp_sampling', 'poisson', accounting.SAMPLINGS, 'dp_gaussian only: client sampling.')
-_RESTART = flags.DEFINE_bool('dp_ftrl_restart', True, 'dp_ftrl only: restart every epoch.')
+# The DP flags and --clients_per_round are the training binary's own
+# definitions (one definition per flag, so both binaries can share a process).
+_NOISE = aggregators.NOISE_MULTIPLIER
+_DELTA = aggregators.TARGET_DELTA
+_SAMPLING = aggregators.DP_SAMPLING
+_RESTART = aggregators.DP_FTRL_RESTART
+_CPR = flag_groups.CLIENTS_PER_ROUND
 
 
 def _given(name: str) -> bool:
@@ -41,16 +44,16 @@ class UsageError(ValueError):
 
 def compute() -> dict:
   """Epsilon for the flags; raises UsageError naming a bad flag."""
-  for holder in (_NOISE, _ROUNDS, _CPR, _POPULATION):
+  for holder in (_ROUNDS, _POPULATION):
     if holder.value is None:
       raise UsageError(f'--{holder.name} is required')
-  if _NOISE.value < 0:
+  if _NOISE.value is None or _NOISE.value < 0:
     raise UsageError(f'--noise_multiplier={_NOISE.value} must be >= 0')
   if _ROUNDS.value < 0:
     raise UsageError(f'--rounds={_ROUNDS.value} must be >= 0')
   if _POPULATION.value < 1:
     raise UsageError(f'--population={_POPULATION.value} must be >= 1')
-  if not 1 <= _CPR.value <= _POPULATION.value:
+  if _CPR.value is None or not 1 <= _CPR.value <= _POPULATION.value:
     raise UsageError(
         f'--clients_per_round={_CPR.value} must be in [1, --population={_POPULATION.value}]')
   delta = _DELTA.value if _DELTA.value is not None else 1.0 / _POPULATION.value

@@ -30,22 +30,22 @@ SELECT_POLICIES_UNDER_DP = ('random',)
 _AGGREGATOR = flags.DEFINE_enum(
     'aggregator', 'mean', AGGREGATORS, 'How client model updates are aggregated.'
 )
-_NOISE_MULTIPLIER = flags.DEFINE_float(
+NOISE_MULTIPLIER = flags.DEFINE_float(
     'noise_multiplier', 1.0,
     'DP: Gaussian noise std / --clip_norm (per tree node for dp_ftrl). 0 = no noise.')
-_CLIP_NORM = flags.DEFINE_float(
+CLIP_NORM = flags.DEFINE_float(
     'clip_norm', 0.3, 'DP: L2 clip of each client update (initial clip with --dp_adaptive_clip).')
-_TARGET_DELTA = flags.DEFINE_float(
+TARGET_DELTA = flags.DEFINE_float(
     'target_delta', None,
     'DP: delta of the reported (epsilon, delta); default 1/population.')
-_DP_ADAPTIVE_CLIP = flags.DEFINE_bool(
+DP_ADAPTIVE_CLIP = flags.DEFINE_bool(
     'dp_adaptive_clip', False,
     'dp_gaussian: adapt the clip to the median update norm (Andrew et al. 2021).')
-_DP_SAMPLING = flags.DEFINE_enum(
+DP_SAMPLING = flags.DEFINE_enum(
     'dp_sampling', 'poisson', accounting.SAMPLINGS,
     'dp_gaussian accounting: Poisson sampling with q=clients_per_round/population '
     '(McMahan et al. 2018) or fixed-size sampling without replacement (replace-one).')
-_DP_FTRL_RESTART = flags.DEFINE_bool(
+DP_FTRL_RESTART = flags.DEFINE_bool(
     'dp_ftrl_restart', True,
     'dp_ftrl: restart the tree after every epoch (population // clients_per_round rounds).')
 
@@ -98,12 +98,12 @@ def validate_flags(algorithm: str) -> None:
           f'not to --aggregator={name}')
   if name not in DP_AGGREGATORS:
     return
-  if _NOISE_MULTIPLIER.value is None or _NOISE_MULTIPLIER.value < 0:
+  if NOISE_MULTIPLIER.value is None or NOISE_MULTIPLIER.value < 0:
     raise flag_groups.FlagError(
-        f'--noise_multiplier={_NOISE_MULTIPLIER.value} must be >= 0')
-  if _CLIP_NORM.value is None or _CLIP_NORM.value <= 0:
-    raise flag_groups.FlagError(f'--clip_norm={_CLIP_NORM.value} must be > 0')
-  delta = _TARGET_DELTA.value
+        f'--noise_multiplier={NOISE_MULTIPLIER.value} must be >= 0')
+  if CLIP_NORM.value is None or CLIP_NORM.value <= 0:
+    raise flag_groups.FlagError(f'--clip_norm={CLIP_NORM.value} must be > 0')
+  delta = TARGET_DELTA.value
   if delta is not None and not 0.0 < delta < 1.0:
     raise flag_groups.FlagError(f'--target_delta={delta} must be in (0, 1)')
   if (algorithm == 'select' and 'select_policy' in flags.FLAGS
@@ -143,16 +143,16 @@ def build(task, clients_per_round: int, total_rounds: int,
     raise flag_groups.FlagError(
         f'--clients_per_round={clients_per_round} must be in [1, population={population}] '
         f'for --aggregator={name}')
-  delta = _TARGET_DELTA.value if _TARGET_DELTA.value is not None else 1.0 / population
+  delta = TARGET_DELTA.value if TARGET_DELTA.value is not None else 1.0 / population
   if not 0.0 < delta < 1.0:
     raise flag_groups.FlagError(
         f'--target_delta defaults to 1/population={delta}, which is not in (0, 1); set it')
-  noise = float(_NOISE_MULTIPLIER.value)
-  clip = float(_CLIP_NORM.value)
+  noise = float(NOISE_MULTIPLIER.value)
+  clip = float(CLIP_NORM.value)
   seed = flags.FLAGS['seed'].value
 
   if name == 'dp_ftrl':
-    restart = _DP_FTRL_RESTART.value
+    restart = DP_FTRL_RESTART.value
     epoch = privacy.rounds_per_epoch(population, clients_per_round)
     if not restart and total_rounds > epoch:
       raise flag_groups.FlagError(
@@ -178,10 +178,10 @@ def build(task, clients_per_round: int, total_rounds: int,
   try:
     factory = privacy.build_dp_gaussian_factory(
         noise_multiplier=noise, clients_per_round=clients_per_round, clip_norm=clip,
-        adaptive_clip=_DP_ADAPTIVE_CLIP.value)
+        adaptive_clip=DP_ADAPTIVE_CLIP.value)
   except ValueError as e:
     raise flag_groups.FlagError(f'--aggregator=dp_gaussian: {e}') from e
-  sampling = _DP_SAMPLING.value
+  sampling = DP_SAMPLING.value
 
   def epsilon_fn(rounds: int) -> float:  # pylint: disable=function-redefined
     return accounting.dp_fedavg_epsilon(
