@@ -1,6 +1,7 @@
 """Tests of scripts.methods.aggregators: flags, validation, and every
 aggregator composed with FedAvg on a tiny EMNIST task."""
 
+# bazel: size=large
 import contextlib
 
 from absl import flags
