@@ -128,6 +128,7 @@ def main(argv):
         rounds_per_eval=flag_groups.ROUNDS_PER_EVAL.value,
         rounds_per_checkpoint=flag_groups.ROUNDS_PER_CHECKPOINT.value,
         epsilon_fn=choice.epsilon_fn,
+        client_indices_fn=choice.client_indices_fn,
         run_flags=run_flags(),
         print_fn=print,
     )

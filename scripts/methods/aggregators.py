@@ -2,24 +2,62 @@
 
   FLAG_NAMES, validate_flags(algorithm), and
   build(task, clients_per_round, total_rounds, server_optimizer) -> AggregatorChoice.
+
+`mean` keeps each method's default weighted mean. `dp_ftrl` (Kairouz et al.
+2021), `dp_gaussian` (DP-FedAvg, McMahan et al. 2018) and `median` (Yin et al.
+2018) return an *unweighted* factory from `tff_partial.privacy`; every method
+must then aggregate its client updates with it unweighted (docs/privacy.md).
 """
 
 import dataclasses
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 from absl import flags
 import tensorflow_federated as tff
 
 from scripts import flag_groups
+from tff_partial import privacy
+from tff_partial.privacy import accounting
 from tff_partial.training import method
 
 AGGREGATORS = ('mean', 'dp_ftrl', 'dp_gaussian', 'median')
+DP_AGGREGATORS = ('dp_ftrl', 'dp_gaussian')
+# Server optimizers DP-FTRL's FTRL-with-momentum update can be written as.
+DP_FTRL_SERVER_OPTIMIZERS = ('sgd', 'sgdm')
+# Federated select key policies whose keys do not depend on client data.
+SELECT_POLICIES_UNDER_DP = ('random',)
 
 _AGGREGATOR = flags.DEFINE_enum(
     'aggregator', 'mean', AGGREGATORS, 'How client model updates are aggregated.'
 )
+NOISE_MULTIPLIER = flags.DEFINE_float(
+    'noise_multiplier', 1.0,
+    'DP: Gaussian noise std / --clip_norm (per tree node for dp_ftrl). 0 = no noise.')
+CLIP_NORM = flags.DEFINE_float(
+    'clip_norm', 0.3, 'DP: L2 clip of each client update (initial clip with --dp_adaptive_clip).')
+TARGET_DELTA = flags.DEFINE_float(
+    'target_delta', None,
+    'DP: delta of the reported (epsilon, delta); default 1/population.')
+DP_ADAPTIVE_CLIP = flags.DEFINE_bool(
+    'dp_adaptive_clip', False,
+    'dp_gaussian: adapt the clip to the median update norm (Andrew et al. 2021).')
+DP_SAMPLING = flags.DEFINE_enum(
+    'dp_sampling', 'poisson', accounting.SAMPLINGS,
+    'dp_gaussian accounting: Poisson sampling with q=clients_per_round/population '
+    '(McMahan et al. 2018) or fixed-size sampling without replacement (replace-one).')
+DP_FTRL_RESTART = flags.DEFINE_bool(
+    'dp_ftrl_restart', True,
+    'dp_ftrl: restart the tree after every epoch (population // clients_per_round rounds).')
 
-FLAG_NAMES = ()  # flags that only DP aggregators accept (filled by the privacy issue)
+FLAG_NAMES = ('noise_multiplier', 'clip_norm', 'target_delta', 'dp_adaptive_clip',
+              'dp_sampling', 'dp_ftrl_restart')
+_FLAGS_OF = {
+    'dp_ftrl': ('noise_multiplier', 'clip_norm', 'target_delta', 'dp_ftrl_restart'),
+    'dp_gaussian': ('noise_multiplier', 'clip_norm', 'target_delta', 'dp_adaptive_clip',
+                    'dp_sampling'),
+    'median': (),
+    'mean': (),
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,22 +67,124 @@ class AggregatorChoice:
   server_optimizer: replaces the flag-built server optimizer when the mechanism
     needs its own (DP-FTRL); None keeps it.
   epsilon_fn: rounds completed -> epsilon at --target_delta; None without DP.
+  target_delta: the delta of `epsilon_fn`; None without DP.
+  client_indices_fn: round number (from 1) -> indices into
+    `task.train_data.client_ids` of that round's clients, when the mechanism's
+    guarantee needs a particular sampling (DP-FTRL: each client at most once
+    per epoch); None means the loop's own uniform sampling.
   """
 
   factory: Optional[method.AggregationFactory] = None
   server_optimizer: Optional[tff.learning.optimizers.Optimizer] = None
   epsilon_fn: Optional[Callable[[int], float]] = None
+  target_delta: Optional[float] = None
+  client_indices_fn: Optional[Callable[[int], Sequence[int]]] = None
+
+
+def _given(name: str) -> bool:
+  """The flag was set on the command line (or by a test's flagsaver)."""
+  holder = flags.FLAGS[name]
+  return bool(holder.present) or not holder.using_default_value
 
 
 def validate_flags(algorithm: str) -> None:
-  del algorithm
-  if _AGGREGATOR.value != 'mean':
+  """Rejects flags that do not apply to --aggregator and bad DP values."""
+  name = _AGGREGATOR.value
+  for flag_name in FLAG_NAMES:
+    if _given(flag_name) and flag_name not in _FLAGS_OF[name]:
+      users = [a for a, names in _FLAGS_OF.items() if flag_name in names]
+      raise flag_groups.FlagError(
+          f'--{flag_name} applies only to --aggregator={"/".join(users)}, '
+          f'not to --aggregator={name}')
+  if name not in DP_AGGREGATORS:
+    return
+  if NOISE_MULTIPLIER.value is None or NOISE_MULTIPLIER.value < 0:
     raise flag_groups.FlagError(
-        f'--aggregator={_AGGREGATOR.value} is not implemented yet; valid values: mean'
-    )
+        f'--noise_multiplier={NOISE_MULTIPLIER.value} must be >= 0')
+  if CLIP_NORM.value is None or CLIP_NORM.value <= 0:
+    raise flag_groups.FlagError(f'--clip_norm={CLIP_NORM.value} must be > 0')
+  delta = TARGET_DELTA.value
+  if delta is not None and not 0.0 < delta < 1.0:
+    raise flag_groups.FlagError(f'--target_delta={delta} must be in (0, 1)')
+  if (algorithm == 'select' and 'select_policy' in flags.FLAGS
+      and flags.FLAGS['select_policy'].value not in SELECT_POLICIES_UNDER_DP):
+    raise flag_groups.FlagError(
+        f'--aggregator={name} with --algorithm=select needs --select_policy in '
+        f'{{{",".join(SELECT_POLICIES_UNDER_DP)}}}: keys chosen from a client\'s data '
+        f'(--select_policy={flags.FLAGS["select_policy"].value}) reveal which rows its '
+        'data touches, and the DP noise does not cover them (docs/privacy.md)')
+  if name == 'dp_ftrl':
+    server_opt = flags.FLAGS['server_optimizer'].value
+    if server_opt not in DP_FTRL_SERVER_OPTIMIZERS:
+      raise flag_groups.FlagError(
+          f'--aggregator=dp_ftrl needs --server_optimizer in '
+          f'{{{",".join(DP_FTRL_SERVER_OPTIMIZERS)}}} (FTRL with momentum is SGD '
+          f'with momentum on the tree residuals); got --server_optimizer={server_opt}')
+
+
+def _dp_ftrl_server_optimizer() -> tff.learning.optimizers.Optimizer:
+  fl = flags.FLAGS
+  momentum = fl['server_momentum'].value if fl['server_optimizer'].value == 'sgdm' else 0.0
+  return privacy.build_dp_ftrl_server_optimizer(fl['server_learning_rate'].value, momentum)
 
 
 def build(task, clients_per_round: int, total_rounds: int,
           server_optimizer) -> AggregatorChoice:
-  del task, clients_per_round, total_rounds, server_optimizer
-  return AggregatorChoice()
+  """The aggregator selected by the flags, for a task and a planned run."""
+  del server_optimizer  # DP-FTRL builds its own from the --server_* flags
+  name = _AGGREGATOR.value
+  if name == 'mean':
+    return AggregatorChoice()
+  if name == 'median':
+    return AggregatorChoice(factory=privacy.build_median_factory())
+
+  population = task.population
+  if not 1 <= clients_per_round <= population:
+    raise flag_groups.FlagError(
+        f'--clients_per_round={clients_per_round} must be in [1, population={population}] '
+        f'for --aggregator={name}')
+  delta = TARGET_DELTA.value if TARGET_DELTA.value is not None else 1.0 / population
+  if not 0.0 < delta < 1.0:
+    raise flag_groups.FlagError(
+        f'--target_delta defaults to 1/population={delta}, which is not in (0, 1); set it')
+  noise = float(NOISE_MULTIPLIER.value)
+  clip = float(CLIP_NORM.value)
+  seed = flags.FLAGS['seed'].value
+
+  if name == 'dp_ftrl':
+    restart = DP_FTRL_RESTART.value
+    epoch = privacy.rounds_per_epoch(population, clients_per_round)
+    if not restart and total_rounds > epoch:
+      raise flag_groups.FlagError(
+          f'--nodp_ftrl_restart allows at most one epoch ({epoch} rounds of '
+          f'{clients_per_round} out of {population} clients); --total_rounds={total_rounds}')
+    try:
+      factory = privacy.build_dp_ftrl_factory(
+          noise_multiplier=noise, clients_per_round=clients_per_round, clip_norm=clip,
+          population=population, restart=restart, noise_seed=seed)
+      server_opt = _dp_ftrl_server_optimizer()
+    except ValueError as e:
+      raise flag_groups.FlagError(f'--aggregator=dp_ftrl: {e}') from e
+
+    def epsilon_fn(rounds: int) -> float:
+      return accounting.dp_ftrl_epsilon(
+          noise, rounds, clients_per_round, population, delta, restart=restart)
+
+    return AggregatorChoice(
+        factory=factory, server_optimizer=server_opt, epsilon_fn=epsilon_fn,
+        target_delta=delta,
+        client_indices_fn=privacy.build_epoch_sampler(population, clients_per_round, seed))
+
+  try:
+    factory = privacy.build_dp_gaussian_factory(
+        noise_multiplier=noise, clients_per_round=clients_per_round, clip_norm=clip,
+        adaptive_clip=DP_ADAPTIVE_CLIP.value)
+  except ValueError as e:
+    raise flag_groups.FlagError(f'--aggregator=dp_gaussian: {e}') from e
+  sampling = DP_SAMPLING.value
+
+  def epsilon_fn(rounds: int) -> float:  # pylint: disable=function-redefined
+    return accounting.dp_fedavg_epsilon(
+        noise, rounds, clients_per_round, population, delta, sampling=sampling)
+
+  return AggregatorChoice(factory=factory, epsilon_fn=epsilon_fn, target_delta=delta)

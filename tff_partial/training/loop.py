@@ -21,7 +21,7 @@ import dataclasses
 import json
 import os
 import time
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 from absl import logging
 import numpy as np
@@ -91,8 +91,14 @@ def build_client_selection_fn(
     built: method_lib.BuiltMethod,
     clients_per_round: int,
     seed: int,
+    client_indices_fn: Optional[Callable[[int], Sequence[int]]] = None,
 ) -> Callable[[int], list]:
-  """round_num -> the list of client values `built.process.next` takes."""
+  """round_num -> the list of client values `built.process.next` takes.
+
+  `client_indices_fn(round_num)`, when given, picks the clients (indices into
+  `client_ids`) instead of uniform sampling; DP-FTRL needs each client at most
+  once per epoch (`tff_partial.privacy.sampling`).
+  """
   client_ids = list(task.train_data.client_ids)
   sample = tff.simulation.build_uniform_sampling_fn(
       client_ids, replace=False, random_seed=seed)
@@ -100,7 +106,11 @@ def build_client_selection_fn(
 
   def select(round_num: int) -> list:
     values = []
-    for index, client_id in enumerate(sample(round_num, clients_per_round)):
+    if client_indices_fn is not None:
+      chosen = [client_ids[int(i)] for i in client_indices_fn(round_num)]
+    else:
+      chosen = sample(round_num, clients_per_round)
+    for index, client_id in enumerate(chosen):
       raw = task.train_data.create_tf_dataset_for_client(client_id)
       raw = raw.shuffle(_SHUFFLE_BUFFER, seed=client_seed(seed, round_num, index),
                         reshuffle_each_iteration=True)
@@ -237,6 +247,7 @@ def run_training(
     rounds_per_eval: int = 1,
     rounds_per_checkpoint: int = 10,
     epsilon_fn: Optional[Callable[[int], float]] = None,
+    client_indices_fn: Optional[Callable[[int], Sequence[int]]] = None,
     run_flags: Optional[dict] = None,
     print_fn: Optional[Callable[[str], None]] = None,
 ) -> TrainingResult:
@@ -290,7 +301,8 @@ def run_training(
 
   final_state = tff.simulation.run_training_process(
       training_process=process,
-      training_selection_fn=build_client_selection_fn(task, built, clients_per_round, seed),
+      training_selection_fn=build_client_selection_fn(
+          task, built, clients_per_round, seed, client_indices_fn),
       total_rounds=total_rounds,
       evaluation_fn=evaluation_fn,
       evaluation_selection_fn=lambda round_num: None,
