@@ -62,7 +62,7 @@ class DPFTRLAccountingTest(absltest.TestCase):
 class DPFedAvgAccountingTest(absltest.TestCase):
 
   def test_poisson_equals_dp_accounting_event(self):
-    eps = accounting.dp_fedavg_epsilon(1.1, 300, 20, 2000, 1e-5)
+    eps = accounting.dp_fedavg_epsilon(1.1, 300, 20, 2000, 1e-5, sampling='poisson')
     event = dp_accounting.SelfComposedDpEvent(
         dp_accounting.PoissonSampledDpEvent(0.01, dp_accounting.GaussianDpEvent(1.1)), 300)
     self.assertAlmostEqual(eps, _rdp_epsilon(event, _REL.ADD_OR_REMOVE_ONE, 1e-5), places=10)
@@ -119,7 +119,8 @@ class PrivacyCliTest(absltest.TestCase):
                        clients_per_round=10, population=1000)
     self.assertAlmostEqual(report['target_delta'], 1e-3)
     self.assertAlmostEqual(
-        report['epsilon'], accounting.dp_fedavg_epsilon(1.0, 100, 10, 1000, 1e-3))
+        report['epsilon'],
+        accounting.dp_fedavg_epsilon(1.0, 100, 10, 1000, 1e-3, sampling='without_replacement'))
 
   def test_bad_flags_name_the_flag(self):
     base = dict(mechanism='dp_ftrl', noise_multiplier=1.0, rounds=10,

@@ -42,9 +42,11 @@ DP_ADAPTIVE_CLIP = flags.DEFINE_bool(
     'dp_adaptive_clip', False,
     'dp_gaussian: adapt the clip to the median update norm (Andrew et al. 2021).')
 DP_SAMPLING = flags.DEFINE_enum(
-    'dp_sampling', 'poisson', accounting.SAMPLINGS,
-    'dp_gaussian accounting: Poisson sampling with q=clients_per_round/population '
-    '(McMahan et al. 2018) or fixed-size sampling without replacement (replace-one).')
+    'dp_sampling', 'without_replacement', accounting.SAMPLINGS,
+    'dp_gaussian accounting. Default: fixed-size sampling without replacement '
+    '(replace-one), which is what the training loop does. poisson: Poisson '
+    'sampling with q=clients_per_round/population (McMahan et al. 2018), an '
+    'approximation for this loop that reports a smaller epsilon.')
 DP_FTRL_RESTART = flags.DEFINE_bool(
     'dp_ftrl_restart', True,
     'dp_ftrl: restart the tree after every epoch (population // clients_per_round rounds).')

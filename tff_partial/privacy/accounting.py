@@ -128,7 +128,7 @@ def dp_ftrl_epsilon(noise_multiplier, rounds, clients_per_round, population,
 
 
 def dp_fedavg_epsilon(noise_multiplier, rounds, clients_per_round, population,
-                      target_delta, sampling: str = 'poisson') -> float:
+                      target_delta, sampling: str = 'without_replacement') -> float:
   _check_common(noise_multiplier, rounds, target_delta)
   event = dp_fedavg_event(noise_multiplier, rounds, clients_per_round, population, sampling)
   return epsilon_of_event(event, neighboring_relation('dp_gaussian', sampling), target_delta)
