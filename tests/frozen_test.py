@@ -28,7 +28,7 @@ def _tiny_model():
       tf.keras.layers.LayerNormalization(name='norm'),
       tf.keras.layers.Dense(
           6, activation='relu', name='dense2',
-          kernel_initializer='orthogonal', bias_initializer='ones'),
+          kernel_initializer='he_normal', bias_initializer='ones'),
       tf.keras.layers.Dense(3, name='dense3'),
   ], name='tiny')
 
@@ -121,6 +121,22 @@ class RegenerationTest(tf.test.TestCase):
     self.assertLessEqual(np.abs(eager).max(), np.sqrt(6 / 11))
     self.assertGreater(np.abs(eager).max(), 0.5 * np.sqrt(6 / 11))
 
+  def test_bit_identical_in_tff_runtime(self):
+    names = sorted(regeneration.SEEDED_INITIALIZERS) + sorted(regeneration.CONSTANT_INITIALIZERS)
+    variables = [
+        regeneration.FrozenVariable(f'l{i}/kernel', (64, 48), 'float32', name,
+                                    {'value': 0.5} if name == 'Constant' else {})
+        for i, name in enumerate(names)]
+    seed = regeneration.seed_tensor(123)
+    eager = regeneration.regenerate(variables, seed)
+
+    @tff.tensorflow.computation(tff.TensorType(np.int32, [2]))
+    def in_tff(s):
+      return regeneration.regenerate(variables, s)
+
+    for name, a, b in zip(names, eager, in_tff(seed)):
+      self.assertEqual(np.asarray(a).tobytes(), np.asarray(b).tobytes(), name)
+
   def test_unsupported_initializer_is_a_build_time_error(self):
 
     def model_fn():
@@ -132,6 +148,16 @@ class RegenerationTest(tf.test.TestCase):
 
     with self.assertRaisesRegex(ValueError, "'odd/kernel'.*Supported Keras initializers"):
       frozen.plan_freezing(model_fn, ['odd'])
+
+    def orthogonal_fn():
+      return tf.keras.Sequential([
+          tf.keras.layers.Input(shape=(4,)),
+          tf.keras.layers.Dense(3, name='orth', kernel_initializer='orthogonal'),
+      ])
+
+    with self.assertRaisesRegex(ValueError, "'orth/kernel'.*QR decomposition"):
+      frozen.plan_freezing(orthogonal_fn, ['orth'])
+    frozen.plan_freezing(orthogonal_fn, [])  # fine while trainable
 
   def test_regenerated_in_another_process_bit_identical_to_server(self):
     code = textwrap.dedent("""
@@ -256,9 +282,9 @@ class ProcessTest(tf.test.TestCase):
         self.assertAllEqual(a, regenerated[path], msg=path)
       else:
         self.assertNotAllClose(a, b, msg=path)
-    # Orthogonal kernel and ones bias, as dense2's initializers say.
+    # He-normal kernel (std sqrt(2 / 8)) and ones bias, as dense2's initializers say.
     kernel = dict(zip(plan.full_trainable, after.trainable))['dense2/kernel']
-    self.assertAllClose(kernel.T @ kernel, np.eye(6), atol=1e-5)
+    self.assertBetween(np.std(kernel), 0.25, 0.75)
     self.assertAllEqual(dict(zip(plan.full_trainable, after.trainable))['dense2/bias'], np.ones(6))
 
   def test_nothing_frozen_equals_fed_avg(self):
