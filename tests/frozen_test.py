@@ -1,4 +1,5 @@
 """Tests of tff_partial.frozen: regeneration, selection and the FedPT process."""
+# bazel: timeout=long
 
 import collections
 import hashlib
