@@ -144,14 +144,16 @@ class FemnistFedPTLearnsTest(tf.test.TestCase):
 
   def test_fedpt_emnist_cnn_gn_learns(self):
     task = _femnist_task('emnist_cnn_gn')
-    built = fedpt.build_from_layers(_ctx(task), ['dense1'])
+    built = fedpt.build_from_layers(_ctx(task, client_lr=0.03), ['dense1'])
     result = loop.run_training(
         task, built, total_rounds=ROUNDS, clients_per_round=10, seed=0,
         output_dir=None, rounds_per_eval=ROUNDS, print_fn=print)
-    # Measured 2026-11-21 (seed 0, 30 rounds x 10 writers, client SGD 0.1,
+    # Measured 2026-11-21 (seed 0, 30 rounds x 10 writers, client SGD 0.03,
     # batch 20, server SGD 1.0, dense1 = 95% of the parameters frozen): test
-    # accuracy 0.181 on all 4,182 test images (chance 0.016; round-1 train
-    # loss 7.2, then 3.3-3.5). Asserted with a margin.
+    # accuracy 0.366 on all 4,182 test images (chance 0.016); 271 s on a
+    # loaded 2-core machine. With client SGD 0.1 the first round diverges
+    # (train loss 7.2) and 30 rounds reach 0.181; FedAvg on this GroupNorm
+    # model diverges outright at 0.1. Asserted with a margin.
     self.assertGreater(result.final_eval['accuracy'], MIN_ACCURACY)
     losses = [m['client_work/train/loss'] for m in result.round_metrics
               if 'client_work/train/loss' in m]
@@ -159,7 +161,7 @@ class FemnistFedPTLearnsTest(tf.test.TestCase):
 
 
 ROUNDS = 30
-MIN_ACCURACY = 0.12
+MIN_ACCURACY = 0.25
 
 if __name__ == '__main__':
   tf.test.main()
