@@ -76,10 +76,10 @@ _MAX_SEED = 2**62
 def seed_tensor(seed: int) -> np.ndarray:
   """The `int32[2]` stateless-RNG seed z for an integer `seed` in [0, 2**62)."""
   if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
-    raise ValueError(f'seed must be an integer, got {seed!r}')
+    raise ValueError(f'seed (--seed) must be an integer, got {seed!r}')
   seed = int(seed)
   if not 0 <= seed < _MAX_SEED:
-    raise ValueError(f'seed={seed} must be in [0, 2**62)')
+    raise ValueError(f'--seed={seed}: the FedPT seed must be in [0, 2**62)')
   return np.array([seed >> 31, seed & 0x7FFFFFFF], dtype=SEED_DTYPE)
 
 
