@@ -1,14 +1,91 @@
-"""--algorithm=fedpt: not implemented yet (see its issue)."""
+"""--algorithm=fedpt: FedPT (Sidahmed et al.), `tff_partial.frozen`.
+
+Flags choose what is frozen (their union): `--frozen_layers` (layer names),
+`--frozen_regex` (layer paths matched in full; normalization layers skipped),
+`--frozen_target_trainable_fraction` (freeze the largest layers first until
+this fraction stays trainable; normalization layers never). The frozen
+variables are regenerated on clients from `--seed`.
+"""
+
+from absl import flags
 
 from scripts import flag_groups
+from tff_partial import frozen
+from tff_partial.measure import comm
 from tff_partial.training import method
 
-FLAG_NAMES = ()
+_FROZEN_LAYERS = flags.DEFINE_list(
+    'frozen_layers', [],
+    'FedPT: comma-separated layer names (paths such as block1/conv1) to freeze; '
+    'regenerated on clients from --seed. Normalization layers only when named.')
+_FROZEN_REGEX = flags.DEFINE_string(
+    'frozen_regex', None,
+    'FedPT: freeze every layer whose path fully matches this regex '
+    '(normalization layers excluded).')
+_FROZEN_TARGET = flags.DEFINE_float(
+    'frozen_target_trainable_fraction', None,
+    'FedPT: in (0, 1]; freeze the largest non-normalization layers first while '
+    'at least this fraction of parameters stays trainable.')
+
+FLAG_NAMES = ('frozen_layers', 'frozen_regex', 'frozen_target_trainable_fraction')
 
 
 def validate_flags() -> None:
-  raise flag_groups.FlagError('--algorithm=fedpt is not implemented yet; valid values: fedavg')
+  if not (_FROZEN_LAYERS.value or _FROZEN_REGEX.value
+          or _FROZEN_TARGET.value is not None):
+    raise flag_groups.FlagError(
+        '--algorithm=fedpt needs something to freeze: --frozen_layers=<names> '
+        '(e.g. dense1), --frozen_regex=<regex> or '
+        '--frozen_target_trainable_fraction=<fraction in (0, 1]>')
+  target = _FROZEN_TARGET.value
+  if target is not None and not 0.0 < target <= 1.0:
+    raise flag_groups.FlagError(
+        f'--frozen_target_trainable_fraction={target} must be in (0, 1]')
+
+
+def frozen_layers_for(task, layers=(), regex=None, target=None) -> tuple:
+  """Layer paths to freeze in `task`'s model; `FlagError` for bad names."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  with tf.Graph().as_default():  # a throwaway model, like TFF's baseline tasks
+    try:
+      return frozen.select_frozen_layers(
+          task.keras_model_fn(), layers=layers, regex=regex,
+          target_trainable_fraction=target)
+    except ValueError as e:
+      raise flag_groups.FlagError(str(e)) from e
 
 
 def build(ctx: method.MethodContext) -> method.BuiltMethod:
-  raise NotImplementedError('fedpt')
+  return build_from_layers(ctx, frozen_layers_for(
+      ctx.task, _FROZEN_LAYERS.value, _FROZEN_REGEX.value, _FROZEN_TARGET.value))
+
+
+def build_from_layers(ctx: method.MethodContext, frozen_layers) -> method.BuiltMethod:
+  """FedPT with `frozen_layers` (paths) frozen; no flags read."""
+  task = ctx.task
+  try:
+    plan = frozen.plan_freezing(task.keras_model_fn, frozen_layers)
+    process = frozen.build_fedpt_process(
+        task.keras_model_fn, task.loss_fn, task.metrics_fn,
+        task.baseline.datasets.element_type_structure,
+        frozen_layers=frozen_layers,
+        client_optimizer_fn=ctx.client_optimizer,
+        server_optimizer_fn=ctx.server_optimizer,
+        model_aggregator=ctx.model_aggregator,
+        seed=ctx.seed,
+    )
+  except ValueError as e:
+    raise flag_groups.FlagError(str(e)) from e
+  return method.BuiltMethod(
+      name='fedpt',
+      process=process,
+      params_total=plan.params_total,
+      params_trainable=plan.params_trainable,
+      # The client holds the whole model: it regenerates the frozen part.
+      client_model_params=plan.params_total,
+      bytes=comm.client_bytes(process.next),
+      extra_report={
+          'frozen_layers': list(plan.frozen_layers),
+          'params_frozen': plan.params_frozen,
+      },
+  )

@@ -1,0 +1,338 @@
+"""Tests of tff_partial.frozen: regeneration, selection and the FedPT process."""
+# bazel: timeout=long
+
+import collections
+import hashlib
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tasks import emnist
+from tff_partial import frozen
+from tff_partial.frozen import process as fedpt_process
+from tff_partial.frozen import regeneration
+from tff_partial.measure import comm
+
+_REPO = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
+_DENSE1_PARAMS = 3136 * 512 + 512  # 1,606,144
+
+
+def _tiny_model():
+  return tf.keras.Sequential([
+      tf.keras.layers.Input(shape=(4,), name='x'),
+      tf.keras.layers.Dense(8, activation='relu', name='dense1'),
+      tf.keras.layers.LayerNormalization(name='norm'),
+      tf.keras.layers.Dense(
+          6, activation='relu', name='dense2',
+          kernel_initializer='he_normal', bias_initializer='ones'),
+      tf.keras.layers.Dense(3, name='dense3'),
+  ], name='tiny')
+
+
+def _loss():
+  return tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+
+def _metrics():
+  return [tf.keras.metrics.SparseCategoricalAccuracy(name='accuracy')]
+
+
+_INPUT_SPEC = collections.OrderedDict(
+    x=tf.TensorSpec([None, 4], tf.float32), y=tf.TensorSpec([None, 1], tf.int32))
+
+
+def _client_data(num_clients=2, n=12, seed=0):
+  rng = np.random.default_rng(seed)
+  out = []
+  for _ in range(num_clients):
+    x = rng.normal(size=(n, 4)).astype(np.float32)
+    y = (x[:, :1] > 0).astype(np.int32) + (x[:, 1:2] > 0).astype(np.int32)
+    out.append(tf.data.Dataset.from_tensor_slices(
+        collections.OrderedDict(x=x, y=y)).batch(4))
+  return out
+
+
+def _tiny_process(frozen_layers, aggregator=None, seed=3):
+  return frozen.build_fedpt_process(
+      _tiny_model, _loss, _metrics, _INPUT_SPEC,
+      frozen_layers=frozen_layers,
+      client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
+      server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0),
+      model_aggregator=aggregator, seed=seed)
+
+
+def _tiny_initial_weights(seed=0):
+  tf.keras.utils.set_random_seed(seed)
+  model = _tiny_model()
+  return tff.learning.models.ModelWeights(
+      trainable=[w.numpy() for w in model.trainable_weights],
+      non_trainable=[w.numpy() for w in model.non_trainable_weights])
+
+
+class RegenerationTest(tf.test.TestCase):
+
+  def test_seed_tensor(self):
+    np.testing.assert_array_equal(regeneration.seed_tensor(5), [0, 5])
+    np.testing.assert_array_equal(regeneration.seed_tensor(2**31 + 1), [1, 1])
+    with self.assertRaisesRegex(ValueError, 'seed'):
+      regeneration.seed_tensor(-1)
+
+  def test_path_key_is_stable_sha256(self):
+    # Fixed numbers: a change in the derivation would silently change every
+    # frozen variable of every saved run.
+    self.assertEqual(
+        regeneration.path_key('dense1/kernel'),
+        int.from_bytes(hashlib.sha256(b'dense1/kernel').digest()[:4], 'big') & 0x7FFFFFFF)
+
+  def test_uses_the_keras_initializer_itself(self):
+    seed = regeneration.seed_tensor(11)
+    for name in regeneration.SEEDED_INITIALIZERS:
+      config = {'scale': 2.0, 'mode': 'fan_avg', 'distribution': 'uniform'} if name == 'VarianceScaling' else {}
+      var = regeneration.FrozenVariable('a/kernel', (5, 7), 'float32', name, config)
+      int_seed = int(regeneration.variable_seed(seed, 'a/kernel').numpy())
+      expected = regeneration.SEEDED_INITIALIZERS[name](seed=int_seed, **config)((5, 7))
+      self.assertAllEqual(var.regenerate(seed), expected, msg=name)
+    ones = regeneration.FrozenVariable('a/bias', (3,), 'float32', 'Ones', {})
+    self.assertAllEqual(ones.regenerate(seed), np.ones(3, np.float32))
+    const = regeneration.FrozenVariable('a/bias', (3,), 'float32', 'Constant', {'value': 0.5})
+    self.assertAllEqual(const.regenerate(seed), np.full(3, 0.5, np.float32))
+
+  def test_independent_of_graph_and_other_variables(self):
+    seed = regeneration.seed_tensor(42)
+    a = regeneration.FrozenVariable('dense1/kernel', (6, 5), 'float32', 'GlorotUniform', {})
+    b = regeneration.FrozenVariable('dense2/kernel', (6, 5), 'float32', 'GlorotUniform', {})
+    eager = a.regenerate(seed).numpy()
+
+    @tf.function
+    def in_function(s):
+      tf.random.uniform([3])  # unrelated stateful randomness first
+      return regeneration.regenerate([b, a], s)
+
+    graph_b, graph_a = in_function(tf.constant(seed))
+    self.assertAllEqual(eager, graph_a)
+    self.assertNotAllClose(graph_a, graph_b)  # different paths differ
+    other_seed = a.regenerate(regeneration.seed_tensor(43))
+    self.assertNotAllClose(eager, other_seed)
+    # The values follow Glorot's range sqrt(6 / (6 + 5)).
+    self.assertLessEqual(np.abs(eager).max(), np.sqrt(6 / 11))
+    self.assertGreater(np.abs(eager).max(), 0.5 * np.sqrt(6 / 11))
+
+  def test_bit_identical_in_tff_runtime(self):
+    names = sorted(regeneration.SEEDED_INITIALIZERS) + sorted(regeneration.CONSTANT_INITIALIZERS)
+    variables = [
+        regeneration.FrozenVariable(f'l{i}/kernel', (64, 48), 'float32', name,
+                                    {'value': 0.5} if name == 'Constant' else {})
+        for i, name in enumerate(names)]
+    seed = regeneration.seed_tensor(123)
+    eager = regeneration.regenerate(variables, seed)
+
+    @tff.tensorflow.computation(tff.TensorType(np.int32, [2]))
+    def in_tff(s):
+      return regeneration.regenerate(variables, s)
+
+    for name, a, b in zip(names, eager, in_tff(seed)):
+      self.assertEqual(np.asarray(a).tobytes(), np.asarray(b).tobytes(), name)
+
+  def test_unsupported_initializer_is_a_build_time_error(self):
+
+    def model_fn():
+      return tf.keras.Sequential([
+          tf.keras.layers.Input(shape=(4,)),
+          tf.keras.layers.Dense(
+              3, name='odd', kernel_initializer=lambda shape, dtype=None: tf.ones(shape)),
+      ])
+
+    with self.assertRaisesRegex(ValueError, "'odd/kernel'.*Supported Keras initializers"):
+      frozen.plan_freezing(model_fn, ['odd'])
+
+    def orthogonal_fn():
+      return tf.keras.Sequential([
+          tf.keras.layers.Input(shape=(4,)),
+          tf.keras.layers.Dense(3, name='orth', kernel_initializer='orthogonal'),
+      ])
+
+    with self.assertRaisesRegex(ValueError, "'orth/kernel'.*QR decomposition"):
+      frozen.plan_freezing(orthogonal_fn, ['orth'])
+    frozen.plan_freezing(orthogonal_fn, [])  # fine while trainable
+
+  def test_regenerated_in_another_process_bit_identical_to_server(self):
+    code = textwrap.dedent("""
+        import hashlib
+        from tasks import emnist
+        from tff_partial import frozen
+        plan = frozen.plan_freezing(lambda: emnist.create_cnn(group_norm=True), ['dense1'])
+        for v, t in zip(plan.frozen, frozen.regenerate(plan.frozen, frozen.seed_tensor(7))):
+          print(v.path, hashlib.sha256(t.numpy().tobytes()).hexdigest())
+    """)
+    env = dict(os.environ, PYTHONPATH=_REPO, TF_CPP_MIN_LOG_LEVEL='2')
+    child = subprocess.run(
+        [sys.executable, '-c', code], env=env, cwd=_REPO, capture_output=True,
+        text=True, timeout=600, check=True)
+    child_hashes = dict(line.split() for line in child.stdout.strip().splitlines())
+    self.assertEqual(set(child_hashes), {'dense1/kernel', 'dense1/bias'})
+
+    # The server side: the full model the FedPT process evaluates.
+    model_fn = lambda: emnist.create_cnn(group_norm=True)
+    input_spec = collections.OrderedDict(
+        x=tf.TensorSpec([None, 28, 28, 1], tf.float32), y=tf.TensorSpec([None, 1], tf.int32))
+    process = frozen.build_fedpt_process(
+        model_fn, _loss, _metrics, input_spec, frozen_layers=['dense1'],
+        client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1), seed=7)
+    weights = process.get_model_weights(process.initialize())
+    plan = frozen.plan_freezing(model_fn, ['dense1'])
+    server = dict(zip(plan.full_trainable, weights.trainable))
+    for path, digest in child_hashes.items():
+      self.assertEqual(hashlib.sha256(np.asarray(server[path]).tobytes()).hexdigest(), digest, path)
+    self.assertEqual(np.asarray(server['dense1/bias']).sum(), 0.0)  # zeros initializer
+    self.assertGreater(np.abs(server['dense1/kernel']).max(), 0.0)
+
+
+class SelectionTest(tf.test.TestCase):
+
+  def test_by_name_regex_and_fraction(self):
+    with tf.Graph().as_default():
+      model = emnist.create_cnn(group_norm=True)
+      self.assertEqual(frozen.select_frozen_layers(model, ['dense1']), ('dense1',))
+      # The regex skips normalization layers; naming one freezes it.
+      self.assertEqual(
+          frozen.select_frozen_layers(model, regex='.*'),
+          ('conv1', 'conv2', 'dense1', 'dense2'))
+      self.assertEqual(
+          frozen.select_frozen_layers(model, ['group_norm']), ('group_norm',))
+      # 1,690,174 parameters, largest first: dense1 1,606,144, conv2 51,264,
+      # dense2 31,806, conv1 832. Target 4%: dense1 (-> 4.97%), conv2 and
+      # dense2 would go below, conv1 does not (-> 4.92%).
+      self.assertEqual(
+          frozen.select_frozen_layers(model, target_trainable_fraction=0.04),
+          ('conv1', 'dense1'))
+      # Target 90%: dense1 would go below; conv2, dense2, conv1 fit (95.03%).
+      self.assertEqual(
+          frozen.select_frozen_layers(model, target_trainable_fraction=0.9),
+          ('conv1', 'conv2', 'dense2'))
+      self.assertAlmostEqual(
+          frozen.trainable_fraction(model, ['dense1']), 84030 / 1690174)
+
+  def test_unknown_layer_names_the_flag_and_the_layers(self):
+    with tf.Graph().as_default():
+      model = emnist.create_cnn(group_norm=True)
+      with self.assertRaisesRegex(
+          ValueError, '--frozen_layers.*dense9.*conv1, conv2, group_norm, dense1, dense2'):
+        frozen.select_frozen_layers(model, ['dense9'])
+    with self.assertRaisesRegex(ValueError, '--frozen_layers.*dense9'):
+      frozen.plan_freezing(lambda: emnist.create_cnn(group_norm=True), ['dense9'])
+    with self.assertRaisesRegex(ValueError, '--frozen_regex'):
+      with tf.Graph().as_default():
+        frozen.select_frozen_layers(emnist.create_cnn(), regex='nothing')
+
+
+class ProcessTest(tf.test.TestCase):
+
+  def test_type_signature_sends_only_trainable_and_seed(self):
+    process = _tiny_process(['dense1', 'dense2'])
+    state_type = process.next.type_signature.parameter[0].member
+    f32 = np.float32
+    # dense3 kernel+bias and LayerNorm gamma+beta are trainable.
+    trainable = [tff.TensorType(f32, [8]), tff.TensorType(f32, [8]),
+                 tff.TensorType(f32, [6, 3]), tff.TensorType(f32, [3])]
+    expected_weights = tff.StructWithPythonType(
+        [('trainable', tff.StructWithPythonType(trainable, list)),
+         ('non_trainable', tff.StructWithPythonType(
+             [tff.TensorType(np.int32, [2])], list))],
+        tff.learning.models.ModelWeights)
+    self.assertTrue(state_type.global_model_weights.is_equivalent_to(expected_weights))
+    # Exact bytes per client: (8 + 8 + 18 + 3) floats (+ 8 seed bytes down).
+    b = comm.client_bytes(process.next)
+    self.assertEqual(b.down_payload, 4 * 37 + 8)
+    self.assertEqual(b.up_payload, 4 * 37)
+    # The full model comes back from get_model_weights.
+    full = process.get_model_weights.type_signature.result
+    self.assertEqual([t.shape for t in full.trainable],
+                     [(4, 8), (8,), (8,), (8,), (8, 6), (6,), (6, 3), (3,)])
+
+  def test_emnist_cnn_gn_bytes(self):
+    model_fn = lambda: emnist.create_cnn(group_norm=True)
+    input_spec = collections.OrderedDict(
+        x=tf.TensorSpec([None, 28, 28, 1], tf.float32), y=tf.TensorSpec([None, 1], tf.int32))
+    process = frozen.build_fedpt_process(
+        model_fn, _loss, _metrics, input_spec, frozen_layers=['dense1'],
+        client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1))
+    params = 1690174
+    b = comm.client_bytes(process.next)
+    self.assertEqual(b.down_payload, 4 * (params - _DENSE1_PARAMS) + 8)
+    self.assertEqual(b.up_payload, 4 * (params - _DENSE1_PARAMS))
+
+  def test_frozen_never_change_trainable_do(self):
+    process = _tiny_process(['dense2'])
+    state = process.set_model_weights(process.initialize(), _tiny_initial_weights())
+    before = process.get_model_weights(state)
+    plan = frozen.plan_freezing(_tiny_model, ['dense2'])
+    regenerated = dict(
+        (v.path, t) for v, t in zip(plan.frozen, frozen.regenerate(plan.frozen, frozen.seed_tensor(3))))
+    data = _client_data()
+    for _ in range(2):
+      state = process.next(state, data).state
+    after = process.get_model_weights(state)
+    for path, b, a in zip(plan.full_trainable, before.trainable, after.trainable):
+      if path.startswith('dense2/'):
+        self.assertAllEqual(a, b, msg=path)
+        self.assertAllEqual(a, regenerated[path], msg=path)
+      else:
+        self.assertNotAllClose(a, b, msg=path)
+    # He-normal kernel (std sqrt(2 / 8)) and ones bias, as dense2's initializers say.
+    kernel = dict(zip(plan.full_trainable, after.trainable))['dense2/kernel']
+    self.assertBetween(np.std(kernel), 0.25, 0.75)
+    self.assertAllEqual(dict(zip(plan.full_trainable, after.trainable))['dense2/bias'], np.ones(6))
+
+  def test_nothing_frozen_equals_fed_avg(self):
+    initial = _tiny_initial_weights(seed=5)
+    fedpt = _tiny_process([])
+    fedavg = tff.learning.algorithms.build_weighted_fed_avg(
+        lambda: tff.learning.models.from_keras_model(
+            _tiny_model(), loss=_loss(), input_spec=_INPUT_SPEC, metrics=_metrics()),
+        client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
+        server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0))
+    s1 = fedpt.set_model_weights(fedpt.initialize(), initial)
+    s2 = fedavg.set_model_weights(fedavg.initialize(), initial)
+    for r in range(3):
+      data = _client_data(seed=r)
+      s1 = fedpt.next(s1, data).state
+      s2 = fedavg.next(s2, data).state
+    w1, w2 = fedpt.get_model_weights(s1), fedavg.get_model_weights(s2)
+    for a, b, c in zip(w1.trainable, w2.trainable, initial.trainable):
+      self.assertAllClose(a, b, rtol=1e-6, atol=1e-6)
+      self.assertNotAllClose(a, c)
+
+  def test_unweighted_dp_aggregator_on_trainable_part(self):
+    dp = tff.aggregators.DifferentiallyPrivateFactory.gaussian_fixed(
+        noise_multiplier=0.0, clients_per_round=2, clip=1e-3)
+    process = _tiny_process(['dense1'], aggregator=dp)
+    state = process.set_model_weights(process.initialize(), _tiny_initial_weights())
+    before = process.get_model_weights(state)
+    state = process.next(state, _client_data()).state
+    after = process.get_model_weights(state)
+    deltas = [np.asarray(a) - np.asarray(b) for a, b in zip(after.trainable, before.trainable)]
+    # dense1 (first two) frozen; the clipped mean update has norm <= clip.
+    self.assertAllEqual(deltas[0], np.zeros_like(deltas[0]))
+    total_norm = np.sqrt(sum(np.sum(d**2) for d in deltas[2:]))
+    self.assertGreater(total_norm, 0.0)
+    self.assertLessEqual(total_norm, 1e-3 * (1 + 1e-4))
+
+  def test_set_model_weights_takes_the_trainable_part(self):
+    process = _tiny_process(['dense1'])
+    initial = _tiny_initial_weights(seed=9)
+    state = process.set_model_weights(process.initialize(), initial)
+    got = process.get_model_weights(state)
+    # dense1 (0, 1) regenerated from the seed; all others as given.
+    self.assertNotAllClose(got.trainable[0], initial.trainable[0])
+    for a, b in zip(got.trainable[2:], initial.trainable[2:]):
+      self.assertAllEqual(a, b)
+    self.assertAllEqual(state.global_model_weights.non_trainable[0], [0, 3])
+
+
+if __name__ == '__main__':
+  tf.test.main()
