@@ -152,5 +152,7 @@ def build_pvt_method(
           'pvt_variable_type_counts': counts,
           'bytes_down_per_client_tff_types': tff_bytes.down_payload,
           'bytes_up_per_client_tff_types': tff_bytes.up_payload,
+          'pvt_upload_reduction_vs_fedavg': (
+              comm.fedavg_bytes(weights_type).up_payload / real_bytes.up_payload),
       },
   )
