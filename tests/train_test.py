@@ -4,6 +4,7 @@ import contextlib
 import io
 import json
 import os
+import sys
 
 from absl import flags
 from absl.testing import flagsaver
@@ -15,9 +16,20 @@ from tests import testing_utils
 FLAGS = flags.FLAGS
 
 
+class _Capture(io.StringIO):
+  """Captures Python prints; subprocesses (TFF's C++ worker) keep the real fd."""
+
+  def __init__(self, real):
+    super().__init__()
+    self._real = real
+
+  def fileno(self):
+    return self._real.fileno()
+
+
 def _run_main(**flag_values):
   """Runs train.main under the given flags; returns (exit code, stdout, stderr)."""
-  out, err = io.StringIO(), io.StringIO()
+  out, err = _Capture(sys.__stdout__), _Capture(sys.__stderr__)
   code = 0
   if not FLAGS.is_parsed():
     FLAGS(['train'])
