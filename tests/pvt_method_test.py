@@ -51,9 +51,10 @@ class PvtMethodTest(tf.test.TestCase):
     self.assertEqual(built.bytes.up_payload, 4 * (biases + kernels // 4))
     self.assertEqual(built.params_total, kernels + biases)
     report = method.dry_run_report(built, self.task, None)
-    # TFF's types upload the full update (plus mask and per-variable weights).
+    # TFF's types upload the full update plus the per-variable weights
+    # (float32[8]) and trained flags (int32[8]) that the masked mean sums.
     self.assertEqual(report['bytes_up_per_client_tff_types'],
-                     4 * (kernels + biases) + 4 * 8 + 4 * 8 + 4 * 8)
+                     4 * (kernels + biases) + 4 * 8 + 4 * 8)
     self.assertEqual(report['bytes_down_per_client'], 4 * (kernels + biases) + 1)
     self.assertEqual(report['pvt_num_frozen_per_client'], 3)
     self.assertIn('real PVT client', report['bytes_note'])
