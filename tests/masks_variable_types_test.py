@@ -111,6 +111,55 @@ class VariableTypesTest(tf.test.TestCase):
         [tf.keras.Input((3,)), tf.keras.layers.Dense(2, name='beta')])
     self.assertEqual(vt.classify_variables(model), [M, A])
 
+  def test_real_resnet18_gn_if_present(self):
+    try:
+      from tasks import cifar10  # pylint: disable=g-import-not-at-top
+    except ModuleNotFoundError:
+      self.skipTest('tasks/cifar10.py is not on this branch yet')
+    model = cifar10.create_resnet18_gn(width=4, num_classes=10)
+    types = vt.classify_variables(model)
+    # 1 stem conv + 8 blocks x 2 convs + 3 shortcut convs, each with a
+    # GroupNorm (gamma, beta); bias-free convs; one dense head.
+    self.assertEqual(types.count(M), 20 + 1)
+    self.assertEqual(types.count(V), 20)
+    self.assertEqual(types.count(A), 20 + 1)
+    for v, t in zip(model.trainable_weights, types):
+      if '_gn' in v.name:
+        self.assertIn(t, (V, A))
+
+  def test_real_transformer_if_present(self):
+    try:
+      from tasks import stackoverflow  # pylint: disable=g-import-not-at-top
+      from scripts.methods import pvt  # pylint: disable=g-import-not-at-top
+    except ModuleNotFoundError:
+      self.skipTest('tasks/stackoverflow.py is not on this branch yet')
+    pvt._register_task_layers()  # pylint: disable=protected-access
+    model = stackoverflow.create_transformer(
+        vocab_size=10, num_layers=1, embed_dim=8, num_heads=2, ffn_dim=16, dropout=0.0)
+    described = [(layer_attr, t) for _, layer_attr, t, _ in vt.describe(model)]
+    self.assertEqual(described, [
+        ('Embedding.embeddings', M.value),
+        ('PositionEmbedding.embeddings', A.value),
+        ('EinsumDense.kernel', M.value), ('EinsumDense.bias', A.value),
+        ('EinsumDense.kernel', M.value), ('EinsumDense.bias', A.value),
+        ('EinsumDense.kernel', M.value), ('EinsumDense.bias', A.value),
+        ('EinsumDense.kernel', M.value), ('EinsumDense.bias', A.value),
+        ('LayerNormalization.gamma', V.value), ('LayerNormalization.beta', A.value),
+        ('Dense.kernel', M.value), ('Dense.bias', A.value),
+        ('Dense.kernel', M.value), ('Dense.bias', A.value),
+        ('LayerNormalization.gamma', V.value), ('LayerNormalization.beta', A.value),
+        ('Dense.kernel', M.value), ('Dense.bias', A.value),
+    ])
+
+  def test_register_layer_roles(self):
+    inputs = tf.keras.Input((3,))
+    model = tf.keras.Model(inputs, _Custom(name='custom2')(inputs))
+    vt.register_layer_roles(_Custom, {'kernel': V})
+    try:
+      self.assertEqual(vt.classify_variables(model), [V])
+    finally:
+      vt._CUSTOM_ROLES.clear()  # pylint: disable=protected-access
+
   def test_freezable_indices(self):
     types = vt.classify_variables(emnist.create_cnn(group_norm=True))
     self.assertEqual(vt.freezable_indices(types), [0, 2, 4, 6, 8])

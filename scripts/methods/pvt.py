@@ -61,6 +61,20 @@ def build(ctx: method.MethodContext) -> method.BuiltMethod:
       freeze_matrices_first=_MATRICES_FIRST.value)
 
 
+def _register_task_layers() -> None:
+  """Roles of the task models' custom layers (see variable_types)."""
+  try:
+    from tasks import stackoverflow  # pylint: disable=g-import-not-at-top
+  except ModuleNotFoundError:
+    return
+  position = getattr(stackoverflow, 'PositionEmbedding', None)
+  if position is not None:
+    # Learned position embeddings are added to the token embeddings: an
+    # additive table (non-freezable by default).
+    variable_types.register_layer_roles(
+        position, {'embeddings': variable_types.ADDITIVE_VECTOR})
+
+
 def _aggregator(model_aggregator):
   """(MaskedMeanFactory, client weighting) for ctx.model_aggregator."""
   if model_aggregator is None:
@@ -86,8 +100,12 @@ def build_pvt_method(
     freeze_matrices_first: bool = False,
 ) -> method.BuiltMethod:
   """`BuiltMethod` of PVT on `ctx.task` (the flags' values passed in)."""
+  _register_task_layers()
   keras_model = ctx.task.keras_model_fn()
-  types = variable_types.classify_variables(keras_model)
+  try:
+    types = variable_types.classify_variables(keras_model)
+  except ValueError as e:
+    raise flag_groups.FlagError(f'--algorithm=pvt --task={ctx.task.name}: {e}') from e
   weights_type = method.model_weights_type(ctx.task)
   trainable_types = list(weights_type.trainable)
   if len(trainable_types) != len(types) or any(

@@ -21,7 +21,8 @@ and the cells of recurrent layers, and returns the types aligned with
 `model.trainable_weights`, which is the order of
 `tff.learning.models.ModelWeights.trainable` for a model built with
 `tff.learning.models.from_keras_model`. A variable of a layer kind this table
-does not know raises a `ValueError` naming it; pass `overrides` to type it.
+does not know raises a `ValueError` naming it; type it with `overrides` (one
+model) or `register_layer_roles` (a custom layer class).
 """
 
 import enum
@@ -65,6 +66,24 @@ _ROLE_TABLE = (
 )
 
 
+# Roles of custom layer kinds, added with `register_layer_roles`.
+_CUSTOM_ROLES: list = []
+
+
+def register_layer_roles(layer_class, roles: Mapping[str, VariableType]) -> None:
+  """Types the variables of a custom Keras layer kind by attribute.
+
+  E.g. a learned position embedding added to its input is an additive
+  vector table: `register_layer_roles(PositionEmbedding,
+  {'embeddings': ADDITIVE_VECTOR})`.
+  """
+  if not (isinstance(layer_class, type) and issubclass(layer_class, tf.keras.layers.Layer)):
+    raise ValueError(f'layer_class must be a Keras layer class, got {layer_class!r}')
+  roles = {attribute: VariableType(t) for attribute, t in roles.items()}
+  _CUSTOM_ROLES[:] = [(c, r) for c, r in _CUSTOM_ROLES if c is not layer_class]
+  _CUSTOM_ROLES.append((layer_class, roles))
+
+
 def _layers(model: tf.keras.layers.Layer):
   """The model itself and every nested Keras layer (MHA's EinsumDense, cells)."""
   seen = set()
@@ -78,7 +97,7 @@ def _role_types(model) -> dict:
   """variable ref -> (type, 'LayerClass.attribute') from the role table."""
   typed = {}
   for layer in _layers(model):
-    for classes, roles in _ROLE_TABLE:
+    for classes, roles in (*_ROLE_TABLE, *_CUSTOM_ROLES):
       if not isinstance(layer, classes):
         continue
       for attribute, var_type in roles.items():
