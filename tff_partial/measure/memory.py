@@ -29,6 +29,7 @@ import multiprocessing
 import os
 import pickle
 import queue as queue_lib
+import time
 from typing import Callable, Optional, Sequence
 
 import numpy as np
@@ -126,11 +127,27 @@ def measure_step_peak(
   result_queue = context.Queue()
   process = context.Process(target=_child, args=(result_queue, *args))
   process.start()
+  deadline = time.monotonic() + timeout_s
+  result = None
   try:
-    result = result_queue.get(timeout=timeout_s)
-  except queue_lib.Empty as e:
-    process.kill()
-    raise RuntimeError(f'memory measurement did not finish in {timeout_s} s') from e
+    while result is None:
+      try:
+        result = result_queue.get(timeout=1.0)
+      except queue_lib.Empty:
+        if not process.is_alive():
+          try:  # it may have put its result just before exiting
+            result = result_queue.get(timeout=5.0)
+            break
+          except queue_lib.Empty:
+            pass
+          raise RuntimeError(
+              f'the memory measurement subprocess exited with code '
+              f'{process.exitcode} without a result (killed, e.g. out of memory?)'
+          ) from None
+        if time.monotonic() > deadline:
+          process.kill()
+          raise RuntimeError(
+              f'memory measurement did not finish in {timeout_s} s') from None
   finally:
     process.join(timeout=60)
   if 'error' in result:
