@@ -1,5 +1,7 @@
 """Variable typing of PVT (tff_partial/masks/variable_types.py)."""
 
+import importlib
+
 import tensorflow as tf
 
 from tasks import emnist
@@ -113,7 +115,7 @@ class VariableTypesTest(tf.test.TestCase):
 
   def test_real_resnet18_gn_if_present(self):
     try:
-      from tasks import cifar10  # pylint: disable=g-import-not-at-top
+      cifar10 = importlib.import_module('tasks.cifar10')
     except ModuleNotFoundError:
       self.skipTest('tasks/cifar10.py is not on this branch yet')
     model = cifar10.create_resnet18_gn(width=4, num_classes=10)
@@ -129,10 +131,10 @@ class VariableTypesTest(tf.test.TestCase):
 
   def test_real_transformer_if_present(self):
     try:
-      from tasks import stackoverflow  # pylint: disable=g-import-not-at-top
-      from scripts.methods import pvt  # pylint: disable=g-import-not-at-top
+      stackoverflow = importlib.import_module('tasks.stackoverflow')
     except ModuleNotFoundError:
       self.skipTest('tasks/stackoverflow.py is not on this branch yet')
+    from scripts.methods import pvt  # pylint: disable=g-import-not-at-top
     pvt._register_task_layers()  # pylint: disable=protected-access
     model = stackoverflow.create_transformer(
         vocab_size=10, num_layers=1, embed_dim=8, num_heads=2, ffn_dim=16, dropout=0.0)

@@ -18,6 +18,7 @@ choice, exact for `fixed`; down: the model plus the mask bitmap); the numbers
 TFF's types give are kept in `extra_report` (`*_tff_types`).
 """
 
+import importlib
 import math
 
 from absl import flags
@@ -64,8 +65,10 @@ def build(ctx: method.MethodContext) -> method.BuiltMethod:
 def _register_task_layers() -> None:
   """Roles of the task models' custom layers (see variable_types)."""
   try:
-    from tasks import stackoverflow  # pylint: disable=g-import-not-at-top
-  except ModuleNotFoundError:
+    stackoverflow = importlib.import_module('tasks.stackoverflow')
+  except ModuleNotFoundError as e:
+    if e.name != 'tasks.stackoverflow':
+      raise
     return
   position = getattr(stackoverflow, 'PositionEmbedding', None)
   if position is not None:
