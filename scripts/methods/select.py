@@ -1,14 +1,127 @@
-"""--algorithm=select: not implemented yet (see its issue)."""
+"""--algorithm=select: federated select (Charles et al. 2022, Algorithm 2).
+
+Flags:
+  --select_layer: comma-separated layer names (e.g. `conv2`, `dense1`,
+    `embedding,output`, `embedding,output,encoder0_ffn1`);
+  --select_keys: m, keys per client (of the first layer's key space);
+  --select_policy: top | random_top | random | mixed (see
+    `tff_partial/select/keys.py`);
+  --select_same_keys_per_round: random keys shared by all clients of a round;
+  --select_bucket_size: B, indices per key of the structured key space (a key
+    selects B consecutive rows; keeps TFF's per-key select calls few).
+
+`--aggregator` plugs in as the mean of the clients' deselected dense updates
+(`DeselectMeanFactory.paper_mean`, the paper's eq. (5)); with the default
+`mean` the sparse per-key weighted mean is used.
+"""
+
+from absl import flags
 
 from scripts import flag_groups
+from tff_partial import select as select_lib
+from tff_partial.select import keys as keys_lib
+from tff_partial.select import process as process_lib
+from tff_partial.select import slicing
+from tff_partial.measure import comm
 from tff_partial.training import method
 
-FLAG_NAMES = ()
+_LAYER = flags.DEFINE_list(
+    'select_layer', None,
+    'Layers to apply federated select to (comma-separated names), e.g. conv2, '
+    'dense1, embedding,output.')
+_KEYS = flags.DEFINE_integer(
+    'select_keys', None, 'm: select keys per client (in the first layer key space).')
+_POLICY = flags.DEFINE_enum(
+    'select_policy', 'random', keys_lib.POLICIES,
+    'How clients choose keys: top (m most frequent features in their data), '
+    'random_top (m of the 2m most frequent), random (uniform), mixed '
+    '(top on input/output layers, random on inner layers).')
+_SAME_KEYS = flags.DEFINE_bool(
+    'select_same_keys_per_round', False,
+    'Random keys: one key set per round shared by all its clients.')
+_BUCKET = flags.DEFINE_integer(
+    'select_bucket_size', 1,
+    'Indices per key of the structured key space (must divide its size).')
+
+FLAG_NAMES = ('select_layer', 'select_keys', 'select_policy',
+              'select_same_keys_per_round', 'select_bucket_size')
 
 
 def validate_flags() -> None:
-  raise flag_groups.FlagError('--algorithm=select is not implemented yet; valid values: fedavg')
+  """Checks that need no model; `build` checks layers and key counts."""
+  if not _LAYER.value:
+    raise flag_groups.FlagError(
+        '--algorithm=select needs --select_layer (e.g. conv2 for emnist_cnn, '
+        'dense1 for emnist_2nn)')
+  if _KEYS.value is None or _KEYS.value < 1:
+    raise flag_groups.FlagError(
+        f'--select_keys={_KEYS.value} must be a positive integer')
+  if _BUCKET.value < 1:
+    raise flag_groups.FlagError(
+        f'--select_bucket_size={_BUCKET.value} must be a positive integer')
+  if _SAME_KEYS.value and _POLICY.value not in ('random', 'mixed'):
+    raise flag_groups.FlagError(
+        '--select_same_keys_per_round applies to --select_policy=random or '
+        f'mixed, not {_POLICY.value}')
+
+
+def select_spec(task, layers, keys_per_client, policy, bucket_size=1):
+  """The `SelectSpec` of the task's model; bad flags -> FlagError."""
+  model = task.keras_model_fn()
+  try:
+    configs = slicing.group_configs(model, layers, keys_per_client, policy,
+                                    bucket_size)
+    return slicing.make_select_spec(model, configs)
+  except ValueError as e:
+    raise flag_groups.FlagError(str(e)) from e
+
+
+def build_from_args(ctx: method.MethodContext, layers, keys_per_client: int,
+                    policy: str, same_keys_per_round: bool = False,
+                    bucket_size: int = 1) -> method.BuiltMethod:
+  """`build` without flags (tests and benchmarks call this)."""
+  task = ctx.task
+  spec = select_spec(task, layers, keys_per_client, policy, bucket_size)
+  deselect = None
+  if ctx.model_aggregator is not None:
+    deselect = select_lib.DeselectMeanFactory.paper_mean(spec, ctx.model_aggregator)
+  input_spec = task.baseline.datasets.element_type_structure
+  process = process_lib.build_federated_select_process(
+      task.keras_model_fn, task.loss_fn, task.metrics_fn, input_spec, spec,
+      ctx.client_optimizer, ctx.server_optimizer, deselect_factory=deselect)
+  policy_obj = keys_lib.KeyPolicy(spec, policy, seed=ctx.seed,
+                                  same_keys_per_round=same_keys_per_round)
+
+  def client_input_fn(round_num, client_index, client_id, dataset):
+    del client_index
+    return process_lib.client_input(
+        dataset, policy_obj.client_keys(round_num, client_id, dataset))
+
+  weights_type = method.model_weights_type(task)
+  params_total = method.count_params(weights_type)
+  held = slicing.client_params(spec) + method.count_params(weights_type.non_trainable)
+  return method.BuiltMethod(
+      name='select',
+      process=process,
+      params_total=params_total,
+      params_trainable=slicing.client_params(spec),
+      client_model_params=held,
+      bytes=comm.client_bytes(process.next),
+      bytes_note=('up bytes count the int32 keys twice: once sent to '
+                  'federated_select, once with the update for deselection'),
+      client_input_fn=client_input_fn,
+      extra_report={
+          'select_groups': {
+              g.name: {'layers': list(g.layers), 'kind': g.kind,
+                       'keys_per_client': g.keys_per_client,
+                       'num_keys': g.num_keys, 'bucket_size': g.bucket_size,
+                       'policy': policy_obj._group_policy(g)}  # pylint: disable=protected-access
+              for g in spec.groups},
+      },
+  )
 
 
 def build(ctx: method.MethodContext) -> method.BuiltMethod:
-  raise NotImplementedError('select')
+  validate_flags()
+  return build_from_args(ctx, _LAYER.value, _KEYS.value, _POLICY.value,
+                         _SAME_KEYS.value, _BUCKET.value)

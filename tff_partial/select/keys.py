@@ -1,0 +1,141 @@
+"""How clients choose their select keys (federated select, sec. 4.1, 5.2-5.4).
+
+Charles et al., *Federated Select* (2022):
+* `top`: the m most frequent features / tokens (by key: bucket sums) in the
+  client's data (structured keys, sec. 4.1.1, "Top");
+* `random_top`: m keys drawn without replacement from the client's 2m most
+  frequent (sec. 5.2, "Random Top");
+* `random`: m keys uniformly without replacement from all K keys, independently
+  per client, or one set for every client of a round (sec. 4.1.2 and the
+  "independent key selection" ablation of sec. 5.3);
+* `mixed`: structured keys (`top`) on the input/output layers, random keys on
+  an inner layer (sec. 4.1.3, 5.4).
+
+Randomness is stateless: keys derive from (seed, round, client id, group), so a
+resumed run draws the keys an uninterrupted run would. Keys are chosen on the
+client from its own data; in simulation this runs in Python per sampled client
+(`KeyPolicy.client_keys`), and the keys reach the TFF process with the data.
+Every client sends exactly m keys (TFF's `federated_select` needs a fixed
+number): a client with fewer than m distinct features fills up with the most
+frequent of the rest (ties broken by the lower key).
+"""
+
+import collections
+import zlib
+from typing import Optional
+
+import numpy as np
+import tensorflow as tf
+
+from tff_partial.select import slicing
+
+POLICIES = ('top', 'random_top', 'random', 'mixed')
+
+
+def _rng(seed: int, round_num: int, client: Optional[str], group: int):
+  client_hash = 0 if client is None else zlib.crc32(client.encode('utf-8'))
+  # SeedSequence of the tuple: stateless and independent per component.
+  return np.random.default_rng([seed & 0xFFFFFFFF, round_num, client_hash,
+                                group, 0 if client is None else 1])
+
+
+def count_indices(group: slicing.SelectGroup, dataset) -> np.ndarray:
+  """Per-index frequencies of the group's features/tokens in `dataset`."""
+  counts = np.zeros([group.num_indices], np.float64)
+  for batch in dataset.as_numpy_iterator() if hasattr(dataset, 'as_numpy_iterator') else dataset:
+    x, y = slicing._xy(batch)  # pylint: disable=protected-access
+    if group.input_role == 'tokens':
+      counts += np.bincount(np.asarray(x).reshape(-1).astype(np.int64),
+                            minlength=group.num_indices)[:group.num_indices]
+    elif group.input_role == 'features':
+      x = np.asarray(x)
+      counts += x.reshape(-1, x.shape[-1]).sum(axis=0)
+    if group.output_role == 'classes':
+      y = np.asarray(y)
+      if np.issubdtype(y.dtype, np.floating):
+        counts += y.reshape(-1, y.shape[-1]).sum(axis=0)
+      else:
+        counts += np.bincount(y.reshape(-1).astype(np.int64),
+                              minlength=group.num_indices)[:group.num_indices]
+  return counts
+
+
+def top_keys(group: slicing.SelectGroup, counts: np.ndarray, m: int) -> np.ndarray:
+  """The m keys (buckets) of largest summed count; ties -> lower key."""
+  per_key = counts.reshape(group.num_keys, group.bucket_size).sum(axis=1)
+  order = np.argsort(-per_key, kind='stable')
+  keys = order[:m]
+  if group.oov_index is not None:
+    oov_key = group.oov_index // group.bucket_size
+    if oov_key not in keys:
+      keys = np.concatenate([keys[:m - 1], [oov_key]])
+  return keys
+
+
+class KeyPolicy:
+  """Chooses every group's keys for one client of one round.
+
+  `client_keys(round_num, client_id, dataset)` returns an OrderedDict
+  group name -> int32[m] (sorted ascending).
+  """
+
+  def __init__(self, spec: slicing.SelectSpec, policy: str, seed: int = 0,
+               same_keys_per_round: bool = False):
+    if policy not in POLICIES:
+      raise ValueError(f'--select_policy={policy!r}; valid values: '
+                       + ', '.join(POLICIES))
+    for group in spec.groups:
+      if group.structured and policy == 'random':
+        pass  # `random` on a structured group draws uniform keys: allowed.
+    self.spec = spec
+    self.policy = policy
+    self.seed = seed
+    self.same_keys_per_round = same_keys_per_round
+    self._top_cache = {}
+
+  def _group_policy(self, group) -> str:
+    if self.policy == 'mixed':
+      return 'top' if group.structured else 'random'
+    return self.policy
+
+  def needs_data(self) -> bool:
+    return any(self._group_policy(g) in ('top', 'random_top')
+               for g in self.spec.groups)
+
+  def client_keys(self, round_num: int, client_id: Optional[str], dataset=None):
+    out = collections.OrderedDict()
+    for i, group in enumerate(self.spec.groups):
+      m = group.keys_per_client
+      policy = self._group_policy(group)
+      if policy == 'random':
+        who = None if self.same_keys_per_round else str(client_id)
+        keys = _rng(self.seed, round_num, who, i).choice(
+            group.num_keys, size=m, replace=False)
+      else:
+        if dataset is None:
+          raise ValueError(f'--select_policy={policy} needs the client data')
+        cache_key = (client_id, i)
+        if policy == 'top' and cache_key in self._top_cache:
+          keys = self._top_cache[cache_key]
+        else:
+          counts = count_indices(group, dataset)
+          if policy == 'top':
+            keys = top_keys(group, counts, m)
+            if client_id is not None:
+              self._top_cache[cache_key] = keys
+          else:  # random_top: m of the 2m most frequent
+            pool = top_keys(group, counts, min(2 * m, group.num_keys))
+            keys = _rng(self.seed, round_num, str(client_id), i).choice(
+                pool, size=m, replace=False)
+      out[group.name] = np.sort(np.asarray(keys, np.int32))
+    return out
+
+
+def all_keys(spec: slicing.SelectSpec):
+  """Every key of every group (m = K): federated select == broadcast."""
+  return collections.OrderedDict(
+      (g.name, np.arange(g.num_keys, dtype=np.int32)) for g in spec.groups)
+
+
+def as_tensor_keys(keys):
+  return collections.OrderedDict((k, tf.constant(v, tf.int32)) for k, v in keys.items())
