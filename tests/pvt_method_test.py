@@ -114,7 +114,8 @@ class PvtFemnistLearnsTest(tf.test.TestCase):
         output_dir=None, rounds_per_eval=ROUNDS, print_fn=print)
     # Measured 2026-11-21 with these settings through scripts.train (seed 0,
     # 30 rounds x 10 writers, client SGD 0.1, batch 20, server SGD 1.0): test
-    # accuracy 0.0466 on the 4,182 test images (chance 1/62 = 0.016; FedAvg
+    # accuracy 0.0466 on the 4,182 test images; this test itself measured
+    # 0.0626 (float order varies with threading; chance 1/62 = 0.016; FedAvg
     # 0.386). Each client trains 1 of the CNN's 4 kernels plus the biases, so
     # learning is slow at 10 clients per round (docs/pvt.md).
     self.assertGreater(result.final_eval['accuracy'], MIN_ACCURACY)
