@@ -1,14 +1,179 @@
-"""--algorithm=pvt: not implemented yet (see its issue)."""
+"""--algorithm=pvt: Partial Variable Training (Yang et al.), `tff_partial.masks`.
+
+Flags: --pvt_scheme={fixed,per_round,per_client_per_round}
+--pvt_freeze_fraction (of the freezable variables, in [0, 1))
+--pvt_freeze_matrices_first.
+
+Masks reach clients with their data: `client_input_fn(round, index, id,
+dataset)` returns `<data=dataset, mask=float32[n]*>` with the mask of
+(--seed, round, client index in the round's sample) from
+`tff_partial.masks.MaskSampler`.
+
+Bytes (see docs/pvt.md): TFF's types make every client upload a full-size,
+zero-filled update plus its mask, since one computation serves all masks. A
+real PVT client sends only its trained variables, and receives its mask as a
+bitmap of ceil(n/8) bytes. `BuiltMethod.bytes` reports what a real client
+sends (up: the trained variables' bytes, expected over the scheme's random
+choice, exact for `fixed`; down: the model plus the mask bitmap); the numbers
+TFF's types give are kept in `extra_report` (`*_tff_types`).
+"""
+
+import importlib
+import math
+
+from absl import flags
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
 
 from scripts import flag_groups
+from tff_partial import masks
+from tff_partial.masks import schemes
+from tff_partial.masks import variable_types
+from tff_partial.measure import comm
 from tff_partial.training import method
 
-FLAG_NAMES = ()
+_SCHEME = flags.DEFINE_enum(
+    'pvt_scheme', 'per_client_per_round', schemes.SCHEMES,
+    'PVT: which variables are frozen: the same for all (fixed), new each round '
+    '(per_round), or new for each client each round (per_client_per_round).')
+_FREEZE_FRACTION = flags.DEFINE_float(
+    'pvt_freeze_fraction', 0.9,
+    'PVT: fraction of the freezable variables (multiplicative vectors and '
+    'matrices) each client freezes, in [0, 1); additive vectors always train.')
+_MATRICES_FIRST = flags.DEFINE_bool(
+    'pvt_freeze_matrices_first', False,
+    'PVT: freeze multiplicative matrices before multiplicative vectors.')
+
+FLAG_NAMES = ('pvt_scheme', 'pvt_freeze_fraction', 'pvt_freeze_matrices_first')
 
 
 def validate_flags() -> None:
-  raise flag_groups.FlagError('--algorithm=pvt is not implemented yet; valid values: fedavg')
+  fraction = _FREEZE_FRACTION.value
+  if fraction is None or not 0.0 <= fraction < 1.0:
+    raise flag_groups.FlagError(
+        f'--pvt_freeze_fraction={fraction} must be in [0, 1): the fraction of '
+        'freezable variables frozen per client')
 
 
 def build(ctx: method.MethodContext) -> method.BuiltMethod:
-  raise NotImplementedError('pvt')
+  return build_pvt_method(
+      ctx, scheme=_SCHEME.value, freeze_fraction=_FREEZE_FRACTION.value,
+      freeze_matrices_first=_MATRICES_FIRST.value)
+
+
+def _register_task_layers() -> None:
+  """Roles of the task models' custom layers (see variable_types)."""
+  try:
+    stackoverflow = importlib.import_module('tasks.stackoverflow')
+  except ModuleNotFoundError as e:
+    if e.name != 'tasks.stackoverflow':
+      raise
+    return
+  position = getattr(stackoverflow, 'PositionEmbedding', None)
+  if position is not None:
+    # Learned position embeddings are added to the token embeddings: an
+    # additive table (non-freezable by default).
+    variable_types.register_layer_roles(
+        position, {'embeddings': variable_types.ADDITIVE_VECTOR})
+
+
+def _aggregator(model_aggregator):
+  """(MaskedMeanFactory, client weighting) for ctx.model_aggregator."""
+  if model_aggregator is None:
+    return masks.MaskedMeanFactory(), tff.learning.ClientWeighting.NUM_EXAMPLES
+  if isinstance(model_aggregator, tff.aggregators.UnweightedAggregationFactory):
+    # An unweighted factory (DP) becomes the value sum inside the masked mean;
+    # clients are weighted uniformly, as in DP-FedAvg. It must compute a SUM
+    # (see MaskedMeanFactory): the per-variable count of trainers divides it.
+    return (masks.MaskedMeanFactory(value_sum_factory=model_aggregator),
+            tff.learning.ClientWeighting.UNIFORM)
+  raise flag_groups.FlagError(
+      f'--algorithm=pvt cannot use the weighted aggregator '
+      f'{type(model_aggregator).__name__}: PVT averages each variable over the '
+      'clients that trained it, so it needs an unweighted sum factory to wrap '
+      'in its masked mean (or --aggregator=mean)')
+
+
+def build_pvt_method(
+    ctx: method.MethodContext,
+    *,
+    scheme: str = 'per_client_per_round',
+    freeze_fraction: float = 0.9,
+    freeze_matrices_first: bool = False,
+) -> method.BuiltMethod:
+  """`BuiltMethod` of PVT on `ctx.task` (the flags' values passed in)."""
+  _register_task_layers()
+  keras_model = ctx.task.keras_model_fn()
+  try:
+    types = variable_types.classify_variables(keras_model)
+  except ValueError as e:
+    raise flag_groups.FlagError(f'--algorithm=pvt --task={ctx.task.name}: {e}') from e
+  weights_type = method.model_weights_type(ctx.task)
+  trainable_types = list(weights_type.trainable)
+  if len(trainable_types) != len(types) or any(
+      tuple(t.shape) != tuple(v.shape)
+      for t, v in zip(trainable_types, keras_model.trainable_weights)):
+    raise ValueError(
+        f'task {ctx.task.name}: the Keras model\'s trainable weights do not match '
+        'the TFF model weights in order and shape')
+  try:
+    sampler = schemes.MaskSampler(
+        types, scheme, freeze_fraction, seed=ctx.seed,
+        freeze_matrices_first=freeze_matrices_first)
+  except ValueError as e:
+    raise flag_groups.FlagError(str(e)) from e
+  aggregator, weighting = _aggregator(ctx.model_aggregator)
+  process = masks.build_pvt_process(
+      ctx.task.baseline.model_fn,
+      client_optimizer_fn=ctx.client_optimizer,
+      server_optimizer_fn=ctx.server_optimizer,
+      model_aggregator=aggregator,
+      client_weighting=weighting)
+
+  def client_input_fn(round_num, client_index, client_id, dataset):
+    del client_id  # masks are keyed by the client's slot in the round's sample
+    return masks.client_input(dataset, sampler.mask(round_num, client_index))
+
+  variable_bytes = [comm.tensor_bytes(t) for t in trainable_types]
+  variable_params = [int(np.prod(t.shape, dtype=np.int64)) for t in trainable_types]
+  tff_bytes = comm.client_bytes(process.next)
+  mask_bitmap_bytes = math.ceil(sampler.num_variables / 8)
+  real_bytes = comm.ClientBytes(
+      down_payload=tff_bytes.down_payload + mask_bitmap_bytes,
+      down_overhead=tff_bytes.down_overhead,
+      up_payload=int(round(schemes.trained_bytes(sampler, variable_bytes))),
+      up_overhead=tff_bytes.up_overhead,
+  )
+  expected_trained_params = schemes.trained_bytes(sampler, variable_params)
+  params_total = method.count_params(weights_type)
+  counts = {t.value: sum(1 for x in types if x == t) for t in variable_types.VariableType}
+  how = 'exact (fixed mask)' if scheme == 'fixed' else 'expected over the random masks'
+  return method.BuiltMethod(
+      name='pvt',
+      process=process,
+      params_total=params_total,
+      params_trainable=int(round(expected_trained_params)),
+      client_model_params=params_total,
+      bytes=real_bytes,
+      bytes_note=(
+          'bytes_up_per_client: the trained variables a real PVT client sends '
+          f'({how}); bytes_down_per_client: the model plus the mask bitmap '
+          f'({mask_bitmap_bytes} B). The TFF simulation uploads a full-size, '
+          'zero-filled update and the mask (one computation serves every mask): '
+          'see bytes_*_per_client_tff_types.'),
+      client_input_fn=client_input_fn,
+      extra_report={
+          'pvt_scheme': scheme,
+          'pvt_freeze_fraction': freeze_fraction,
+          'pvt_freeze_matrices_first': freeze_matrices_first,
+          'pvt_num_variables': sampler.num_variables,
+          'pvt_num_freezable': len(sampler.freezable),
+          'pvt_num_frozen_per_client': sampler.num_frozen,
+          'pvt_variable_type_counts': counts,
+          'bytes_down_per_client_tff_types': tff_bytes.down_payload,
+          'bytes_up_per_client_tff_types': tff_bytes.up_payload,
+          'pvt_upload_reduction_vs_fedavg': (
+              comm.fedavg_bytes(weights_type).up_payload / real_bytes.up_payload),
+      },
+  )
