@@ -20,10 +20,12 @@ the worker, so the round fails at once with a clear message; the training
 loop's checkpoints make the run resumable.
 """
 
+import atexit
 from typing import Optional, Sequence
 
 from absl import logging
 import grpc
+import psutil
 import tensorflow_federated as tff
 from tensorflow_federated.python.core.backends.native import compiler
 from tensorflow_federated.python.core.environments.tensorflow_frontend import tensorflow_computation
@@ -140,6 +142,32 @@ def create_context(workers: Sequence[str],
       [_worker_context(a, rpc_timeout_s) for a in workers])
 
 
+def _stop_local_runtime_workers() -> None:
+  """Kills the `worker_binary` children TFF's local runtime started.
+
+  TFF's local C++ context stops its worker only in a `__del__` that does not
+  run at interpreter exit, so every finished Python process leaves an orphan
+  worker behind (dozens accumulate on a shared machine and keep using CPU).
+  """
+  for child in psutil.Process().children(recursive=True):
+    try:
+      if child.name().startswith('worker_binary'):
+        child.kill()
+    except psutil.Error:
+      pass
+
+
+_exit_cleanup_installed = False
+
+
+def stop_local_workers_at_exit() -> None:
+  """Registers (once) an exit handler that kills TFF's local worker processes."""
+  global _exit_cleanup_installed
+  if not _exit_cleanup_installed:
+    atexit.register(_stop_local_runtime_workers)
+    _exit_cleanup_installed = True
+
+
 def configure(workers: Optional[Sequence[str]],
               rpc_timeout_s: float = DEFAULT_RPC_TIMEOUT_S,
               ready_timeout_s: float = 60.0) -> None:
@@ -157,6 +185,7 @@ def configure(workers: Optional[Sequence[str]],
     WorkerError: a worker is not reachable.
   """
   global _configured_workers
+  stop_local_workers_at_exit()
   if not workers:
     tff.backends.native.set_sync_local_cpp_execution_context()
     _configured_workers = []

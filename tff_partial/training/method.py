@@ -73,6 +73,8 @@ class BuiltMethod:
 def count_params(weights) -> int:
   """Parameters in a structure of tensors / variables / arrays / TFF types."""
   total = 0
+  if isinstance(weights, tff.types.Type):  # tf.nest cannot flatten TFF types
+    weights = comm._tensor_leaves(weights)  # pylint: disable=protected-access
   for w in tf.nest.flatten(weights):
     shape = w.shape
     total += int(np.prod(shape, dtype=np.int64)) if len(shape) else 1
