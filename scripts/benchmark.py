@@ -74,6 +74,7 @@ from scripts.methods import fedpt
 from scripts.methods import pvt
 from scripts.methods import select
 from tff_partial.measure import comm
+from tff_partial.training import loop
 from tff_partial.training import method
 
 _METHOD_MODULES = {'fedavg': fedavg, 'fedpt': fedpt, 'pvt': pvt, 'select': select}
@@ -234,16 +235,14 @@ def build_config(config: Config, ctx: method.MethodContext) -> method.BuiltMetho
 
 # ----------------------------------------------------------------------------
 # Client data paths.
-def _client_seed(seed: int, round_num: int, client_index: int) -> int:
-  return int(np.random.SeedSequence([seed, round_num, client_index]).generate_state(1)[0] >> 1)
-
-
 def sample_cohort(client_ids, seed: int, round_num: int, size: int) -> list[str]:
-  """Clients of a round: the same for every configuration."""
-  rng = np.random.default_rng([seed, round_num, 7919])
-  replace = size > len(client_ids)
-  idx = rng.choice(len(client_ids), size=size, replace=replace)
-  return [client_ids[i] for i in idx]
+  """Clients of a round, as the training loop samples them (same for every config).
+
+  A cohort larger than the population (scaling sweeps) samples with replacement.
+  """
+  sample = tff.simulation.build_uniform_sampling_fn(
+      client_ids, replace=size > len(client_ids), random_seed=seed)
+  return list(sample(round_num, size))
 
 
 def tff_client_data(task, cohort, round_num, seed):
@@ -254,21 +253,30 @@ def tff_client_data(task, cohort, round_num, seed):
           for c in cohort]
 
 
+_selection_fns: dict = {}
+
+
 def package_client_data(task, built, cohort, round_num, seed, empty=False):
   """The training loop's per-round path: seeded shuffle, preprocess, client_input_fn.
 
-  Follows docs/architecture.md: train specs use shuffle_buffer_size=1 and
-  the loop shuffles each client's raw dataset with a seed from
-  (seed, round, client).
+  When the cohort is the loop's own sample, this calls the loop's
+  `build_client_selection_fn` itself; otherwise (empty datasets, cohorts
+  sampled with replacement) it repeats the same steps on `cohort`.
   """
   data = task.baseline.datasets
+  if not empty and len(cohort) <= task.population:
+    key = (id(built), len(cohort), seed)
+    if key not in _selection_fns:
+      _selection_fns[key] = loop.build_client_selection_fn(task, built, len(cohort), seed)
+    return _selection_fns[key](round_num)
   values = []
   for index, client_id in enumerate(cohort):
     raw = data.train_data.create_tf_dataset_for_client(client_id)
     if empty:
       raw = raw.take(0)
-    raw = raw.shuffle(4096, seed=_client_seed(seed, round_num, index),
-                      reshuffle_each_iteration=False)
+    raw = raw.shuffle(loop._SHUFFLE_BUFFER,  # pylint: disable=protected-access
+                      seed=loop.client_seed(seed, round_num, index),
+                      reshuffle_each_iteration=True)
     dataset = data.train_preprocess_fn(raw)
     if built.client_input_fn is not None:
       dataset = built.client_input_fn(round_num, index, client_id, dataset)
@@ -343,10 +351,7 @@ def client_peak_memory(run_one_client_round) -> tuple[Optional[int], str]:
 
 
 def evaluate_accuracy(task, process, state) -> Optional[float]:
-  model = task.compiled_keras_model()
-  process.get_model_weights(state).assign_weights_to(model)
-  result = model.evaluate(task.centralized_test_dataset(), verbose=0, return_dict=True)
-  return float(result['accuracy'])
+  return float(loop.evaluate(task, process.get_model_weights(state))['accuracy'])
 
 
 def _median(values):
@@ -362,6 +367,11 @@ def run_config(config, task, ctx, cohorts, *, seed, warmup, empty_rounds,
   built = build_config(config, ctx)
   process = built.process
   state = process.initialize()
+  try:  # the loop's seeded initial model, the same for every configuration
+    state = process.set_model_weights(state, loop.initial_model_weights(task, seed))
+    row['initial_model'] = 'seeded Keras init (loop.initial_model_weights)'
+  except Exception as e:  # pylint: disable=broad-except
+    row['initial_model'] = f'process.initialize() ({type(e).__name__})'
   row['build_seconds'] = time.perf_counter() - t
   row.update(
       params_total=built.params_total, params_trainable=built.params_trainable,
