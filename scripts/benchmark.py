@@ -87,8 +87,11 @@ PRESETS = collections.OrderedDict(
         ('fedavg', 'fedavg', {}),
         # FedPT: freeze the big dense layer (FedPT appendix, EMNIST CNN) ...
         ('fedpt_dense1', 'fedpt', {'frozen_layers': 'dense1'}),
-        # ... or the residual convolutions (FedPT, ResNet-18 on CIFAR-10).
-        ('fedpt_convs', 'fedpt', {'frozen_layers': 'residual_convs'}),
+        # ... or the convolutions (no backward pass through them at all) ...
+        ('fedpt_convs', 'fedpt', {'frozen_layers': 'conv1,conv2'}),
+        # ... or the largest layers until 10% stays trainable (ResNet-18: the
+        # residual convolutions, as in FedPT's CIFAR-10 setting).
+        ('fedpt_most', 'fedpt', {'frozen_target_trainable_fraction': 0.1}),
         ('pvt_fixed_0.5', 'pvt', {'pvt_scheme': 'fixed', 'pvt_freeze_fraction': 0.5}),
         ('pvt_per_client_0.5', 'pvt',
          {'pvt_scheme': 'per_client_per_round', 'pvt_freeze_fraction': 0.5}),
@@ -98,11 +101,11 @@ PRESETS = collections.OrderedDict(
 
 # Presets per task (the ones that make sense for its model).
 TASK_PRESETS = {
-    'emnist_cnn_gn': ('tff_fedavg', 'fedavg', 'fedpt_dense1', 'pvt_fixed_0.5',
+    'emnist_cnn_gn': ('tff_fedavg', 'fedavg', 'fedpt_dense1', 'fedpt_convs', 'pvt_fixed_0.5',
                       'pvt_per_client_0.5', 'select_conv2_random'),
     'emnist_cnn': ('tff_fedavg', 'fedavg', 'fedpt_dense1', 'pvt_fixed_0.5',
                    'select_conv2_random'),
-    'cifar10_resnet18': ('tff_fedavg', 'fedavg', 'fedpt_convs', 'pvt_fixed_0.5',
+    'cifar10_resnet18': ('tff_fedavg', 'fedavg', 'fedpt_most', 'pvt_fixed_0.5',
                          'pvt_per_client_0.5'),
 }
 _DEFAULT_PRESETS = ('tff_fedavg', 'fedavg', 'pvt_fixed_0.5')
@@ -358,81 +361,126 @@ def _median(values):
   return float(statistics.median(values)) if values else None
 
 
-def run_config(config, task, ctx, cohorts, *, seed, warmup, empty_rounds,
-               measure_memory, evaluate) -> dict:
-  """Builds and runs one configuration; returns its row."""
-  row = {'name': config.name, 'algorithm': config.algorithm,
-         'overrides': {k: str(v) for k, v in config.overrides.items()}}
-  t = time.perf_counter()
-  built = build_config(config, ctx)
-  process = built.process
-  state = process.initialize()
-  try:  # the loop's seeded initial model, the same for every configuration
-    state = process.set_model_weights(state, loop.initial_model_weights(task, seed))
-    row['initial_model'] = 'seeded Keras init (loop.initial_model_weights)'
-  except Exception as e:  # pylint: disable=broad-except
-    row['initial_model'] = f'process.initialize() ({type(e).__name__})'
-  row['build_seconds'] = time.perf_counter() - t
-  row.update(
-      params_total=built.params_total, params_trainable=built.params_trainable,
-      bytes_down_per_client=built.bytes.down_payload,
-      bytes_up_per_client=built.bytes.up_payload,
-      bytes_down_overhead_per_client=built.bytes.down_overhead,
-      bytes_up_overhead_per_client=built.bytes.up_overhead)
-  if built.bytes_note:
-    row['bytes_note'] = built.bytes_note
+class _Runner:
+  """One configuration being benchmarked: its process, state and timings."""
 
-  round_seconds, data_seconds, examples = [], [], []
-  for round_num, cohort in enumerate(cohorts):
+  def __init__(self, config, task, ctx, seed):
+    self.config, self.task, self.seed = config, task, seed
+    row = {'name': config.name, 'algorithm': config.algorithm,
+           'overrides': {k: str(v) for k, v in config.overrides.items()}}
+    t = time.perf_counter()
+    self.built = built = build_config(config, ctx)
+    self.process = built.process
+    state = self.process.initialize()
+    try:  # the loop's seeded initial model, the same for every configuration
+      state = self.process.set_model_weights(state, loop.initial_model_weights(task, seed))
+      row['initial_model'] = 'seeded Keras init (loop.initial_model_weights)'
+    except Exception as e:  # pylint: disable=broad-except
+      row['initial_model'] = f'process.initialize() ({type(e).__name__})'
+    self.state = state
+    row['build_seconds'] = time.perf_counter() - t
+    row.update(
+        params_total=built.params_total, params_trainable=built.params_trainable,
+        bytes_down_per_client=built.bytes.down_payload,
+        bytes_up_per_client=built.bytes.up_payload,
+        bytes_down_overhead_per_client=built.bytes.down_overhead,
+        bytes_up_overhead_per_client=built.bytes.up_overhead)
+    if built.bytes_note:
+      row['bytes_note'] = built.bytes_note
+    self.row = row
+    self.round_seconds, self.data_seconds, self.examples = [], [], []
+    self.empty_seconds = []
+
+  def inputs(self, cohort, round_num, empty=False):
+    return client_inputs(self.config, self.task, self.built, cohort, round_num,
+                         self.seed, empty=empty)
+
+  def train_round(self, round_num, cohort, timed):
     t0 = time.perf_counter()
-    values = client_inputs(config, task, built, cohort, round_num, seed)
+    values = self.inputs(cohort, round_num)
     t1 = time.perf_counter()
-    output = process.next(state, values)
-    state = output.state
+    self.state = self.process.next(self.state, values).state
     t2 = time.perf_counter()
-    logging.info('%s round %d: %.2fs (data %.3fs)', config.name, round_num, t2 - t0, t1 - t0)
-    if round_num >= warmup:
-      round_seconds.append(t2 - t0)
-      data_seconds.append(t1 - t0)
-      examples.append(sum(count_examples(task, c) for c in cohort))
+    logging.info('%s round %d: %.2fs (data %.3fs)', self.config.name, round_num,
+                 t2 - t0, t1 - t0)
+    if timed:
+      self.round_seconds.append(t2 - t0)
+      self.data_seconds.append(t1 - t0)
+      self.examples.append(sum(count_examples(self.task, c) for c in cohort))
 
-  # The same rounds on empty datasets: everything but client training.
-  empty_seconds = []
-  last = len(cohorts) - 1
-  for i in range(empty_rounds + 1):
-    values = client_inputs(config, task, built, cohorts[last], last, seed, empty=True)
+  def empty_round(self, round_num, cohort, timed):
+    """The same round on empty datasets: everything but client training."""
+    values = self.inputs(cohort, round_num, empty=True)
     t0 = time.perf_counter()
-    process.next(state, values)
-    if i:  # the first compiles nothing new but warms the empty path
-      empty_seconds.append(time.perf_counter() - t0)
+    self.process.next(self.state, values)  # state not kept
+    if timed:
+      self.empty_seconds.append(time.perf_counter() - t0)
 
-  median_round = _median(round_seconds)
-  overhead = _median(empty_seconds)
-  client_seconds = max(0.0, median_round - overhead) if overhead is not None else None
-  mean_examples = float(np.mean(examples)) if examples else 0.0
-  row.update(
-      clients_per_round=len(cohorts[0]),
-      rounds_timed=len(round_seconds),
-      round_seconds_all=round_seconds,
-      median_round_seconds=median_round,
-      median_data_seconds=_median(data_seconds),
-      median_empty_round_seconds=overhead,
-      client_training_seconds=client_seconds,
-      examples_per_round=mean_examples,
-      examples_per_second=mean_examples / median_round if median_round else None,
-      client_examples_per_second=(mean_examples / client_seconds
-                                  if client_seconds else None),
-  )
-  if measure_memory:
-    one = cohorts[0][:1]
+  def finish(self, measure_memory, evaluate, first_cohort) -> dict:
+    row = self.row
+    median_round = _median(self.round_seconds)
+    overhead = _median(self.empty_seconds)
+    client_seconds = (max(0.0, median_round - overhead)
+                      if overhead is not None and median_round is not None else None)
+    mean_examples = float(np.mean(self.examples)) if self.examples else 0.0
+    row.update(
+        clients_per_round=len(first_cohort),
+        rounds_timed=len(self.round_seconds),
+        round_seconds_all=self.round_seconds,
+        empty_round_seconds_all=self.empty_seconds,
+        median_round_seconds=median_round,
+        median_data_seconds=_median(self.data_seconds),
+        median_empty_round_seconds=overhead,
+        client_training_seconds=client_seconds,
+        examples_per_round=mean_examples,
+        examples_per_second=mean_examples / median_round if median_round else None,
+        client_examples_per_second=(mean_examples / client_seconds
+                                    if client_seconds else None),
+    )
+    if measure_memory:
+      one = first_cohort[:1]
 
-    def one_client_round():
-      process.next(state, client_inputs(config, task, built, one, 0, seed))
+      def one_client_round():
+        self.process.next(self.state, self.inputs(one, 0))
 
-    row['client_peak_memory_bytes'], row['memory_note'] = client_peak_memory(one_client_round)
-  if evaluate:
-    row['accuracy'] = evaluate_accuracy(task, process, state)
-  return row
+      row['client_peak_memory_bytes'], row['memory_note'] = client_peak_memory(
+          one_client_round)
+    if evaluate:
+      row['accuracy'] = evaluate_accuracy(self.task, self.process, self.state)
+    return row
+
+
+def run_configs(configs, task, ctx, cohorts, *, seed, warmup, empty_rounds,
+                measure_memory, evaluate) -> list[dict]:
+  """Runs the configurations interleaved: round r of each, then round r+1.
+
+  Interleaving (with the order rotated every round) spreads the machine's
+  load changes over every configuration instead of favouring whichever ran
+  in a quiet minute.
+  """
+  runners, rows = [], []
+  for config in configs:
+    try:
+      runners.append(_Runner(config, task, ctx, seed))
+      rows.append(None)
+    except Skip as e:
+      logging.warning('skipping %s: %s', config.name, e)
+      rows.append({'name': config.name, 'algorithm': config.algorithm, 'skipped': str(e)})
+
+  def rotated(i):
+    k = i % len(runners) if runners else 0
+    return runners[k:] + runners[:k]
+
+  for round_num, cohort in enumerate(cohorts):
+    for runner in rotated(round_num):
+      runner.train_round(round_num, cohort, timed=round_num >= warmup)
+  last = len(cohorts) - 1
+  if empty_rounds:
+    for i in range(empty_rounds + 1):  # the first one warms the empty path
+      for runner in rotated(i):
+        runner.empty_round(last, cohorts[last], timed=i > 0)
+  finished = iter(r.finish(measure_memory, evaluate, cohorts[0]) for r in runners)
+  return [row if row is not None else next(finished) for row in rows]
 
 
 def keras_throughput(task, cohorts, seed, warmup, client_lr) -> dict:
@@ -563,7 +611,8 @@ METHOD_NOTE = (
     'process type signature. peak MiB: extra resident memory of the TFF C++ '
     'worker during a one-client round (lower bound; allocator caches). All '
     'configurations ran side by side in one process on the same sampled '
-    'clients; on a shared machine timings are noisy.')
+    'clients, interleaved round by round; on a shared machine timings are '
+    'still noisy.')
 
 
 def linear_fit(xs, ys) -> dict:
@@ -627,16 +676,10 @@ def run(output_dir: Optional[str]) -> dict:
     size = cohort_sizes[0]
     cohorts = [sample_cohort(client_ids, seed, r, size) for r in range(rounds)]
     ctx = make_ctx(size)
-    rows = []
-    for config in configs:
-      try:
-        rows.append(run_config(
-            config, task, ctx, cohorts, seed=seed, warmup=warmup,
-            empty_rounds=_EMPTY_ROUNDS.value, measure_memory=_MEMORY.value,
-            evaluate=_EVAL.value))
-      except Skip as e:
-        logging.warning('skipping %s: %s', config.name, e)
-        rows.append({'name': config.name, 'algorithm': config.algorithm, 'skipped': str(e)})
+    rows = run_configs(
+        configs, task, ctx, cohorts, seed=seed, warmup=warmup,
+        empty_rounds=_EMPTY_ROUNDS.value, measure_memory=_MEMORY.value,
+        evaluate=_EVAL.value)
     keras = None
     if _KERAS.value:
       keras = keras_throughput(task, cohorts, seed, warmup,
@@ -645,24 +688,25 @@ def run(output_dir: Optional[str]) -> dict:
     report.update(rows=rows, keras=keras)
   else:
     report['cohorts'] = cohort_sizes
-    report['scaling'] = collections.OrderedDict()
-    for config in configs:
-      entry = {'median_round_seconds': [], 'client_training_seconds': []}
-      try:
-        for size in cohort_sizes:
-          cohorts = [sample_cohort(client_ids, seed, r, size) for r in range(rounds)]
-          row = run_config(config, task, make_ctx(size), cohorts, seed=seed,
-                           warmup=warmup, empty_rounds=0, measure_memory=False,
-                           evaluate=False)
-          entry['median_round_seconds'].append(row['median_round_seconds'])
-          logging.info('%s: %d clients/round: %.2fs', config.name, size,
-                       row['median_round_seconds'])
-        entry.update(linear_fit(cohort_sizes, entry['median_round_seconds'])
-                     if len(cohort_sizes) > 1 else {})
-        del entry['client_training_seconds']
-      except Skip as e:
-        entry = {'skipped': str(e)}
-      report['scaling'][config.name] = entry
+    report['scaling'] = collections.OrderedDict(
+        (c.name, {'median_round_seconds': []}) for c in configs)
+    for size in cohort_sizes:
+      cohorts = [sample_cohort(client_ids, seed, r, size) for r in range(rounds)]
+      rows = run_configs(configs, task, make_ctx(size), cohorts, seed=seed,
+                         warmup=warmup, empty_rounds=0, measure_memory=False,
+                         evaluate=False)
+      for row in rows:
+        entry = report['scaling'][row['name']]
+        if 'skipped' in row:
+          entry.clear()
+          entry['skipped'] = row['skipped']
+          continue
+        entry['median_round_seconds'].append(row['median_round_seconds'])
+        logging.info('%s: %d clients/round: %.2fs', row['name'], size,
+                     row['median_round_seconds'])
+    for entry in report['scaling'].values():
+      if 'skipped' not in entry and len(cohort_sizes) > 1:
+        entry.update(linear_fit(cohort_sizes, entry['median_round_seconds']))
   if output_dir:
     os.makedirs(output_dir, exist_ok=True)
     with open(os.path.join(output_dir, 'benchmark.json'), 'w') as f:
