@@ -29,9 +29,10 @@ What is measured (also written into the Markdown):
 * round seconds: wall time of one `process.next` call including building the
   cohort's client datasets (both are part of a round); median over the rounds
   after --benchmark_warmup_rounds.
-* client training seconds: round seconds minus the median seconds of the same
-  round (same state, same cohort size, same client input path) on clients
-  whose datasets are empty. What remains is the clients' local training (data
+* client training seconds: seconds of `process.next` (data building excluded)
+  minus the median seconds of `process.next` for the same round (same state,
+  same cohort size, same client input path) on clients whose datasets are
+  empty. What remains is the clients' local training (data
   pipeline + forward/backward/optimizer); what is subtracted is broadcast,
   aggregation, server update and the runtime's dispatch.
 * examples per second: examples the cohort trains on per round / round
@@ -389,6 +390,7 @@ class _Runner:
       row['bytes_note'] = built.bytes_note
     self.row = row
     self.round_seconds, self.data_seconds, self.examples = [], [], []
+    self.next_seconds = []
     self.empty_seconds = []
 
   def inputs(self, cohort, round_num, empty=False):
@@ -406,6 +408,7 @@ class _Runner:
     if timed:
       self.round_seconds.append(t2 - t0)
       self.data_seconds.append(t1 - t0)
+      self.next_seconds.append(t2 - t1)
       self.examples.append(sum(count_examples(self.task, c) for c in cohort))
 
   def empty_round(self, round_num, cohort, timed):
@@ -419,9 +422,10 @@ class _Runner:
   def finish(self, measure_memory, evaluate, first_cohort) -> dict:
     row = self.row
     median_round = _median(self.round_seconds)
+    median_next = _median(self.next_seconds)
     overhead = _median(self.empty_seconds)
-    client_seconds = (max(0.0, median_round - overhead)
-                      if overhead is not None and median_round is not None else None)
+    client_seconds = (max(0.0, median_next - overhead)
+                      if overhead is not None and median_next is not None else None)
     mean_examples = float(np.mean(self.examples)) if self.examples else 0.0
     row.update(
         clients_per_round=len(first_cohort),
@@ -430,6 +434,7 @@ class _Runner:
         empty_round_seconds_all=self.empty_seconds,
         median_round_seconds=median_round,
         median_data_seconds=_median(self.data_seconds),
+        median_next_seconds=median_next,
         median_empty_round_seconds=overhead,
         client_training_seconds=client_seconds,
         examples_per_round=mean_examples,
@@ -602,8 +607,8 @@ def markdown(report: dict) -> str:
 
 METHOD_NOTE = (
     's/round: median wall seconds of process.next incl. building the cohort '
-    'datasets, after warm-up. client s: s/round minus the median s/round of '
-    'the same process on empty client datasets (what remains is local '
+    'datasets, after warm-up. client s: seconds of process.next minus those of '
+    'the same round on empty client datasets (what remains is local '
     'training). ex/s: examples trained per round / s/round. vs TFF: ratio to '
     'tff_fedavg (TFF build_weighted_fed_avg with TFF\'s data path); vs Keras: '
     'ratio of ex/s to centralized Keras model.fit on the same examples and '
