@@ -1,0 +1,10 @@
+"""Execution contexts: TFF's local C++ runtime, or several TFF C++ workers."""
+
+from tff_partial.runtime.contexts import configure
+from tff_partial.runtime.contexts import configured_workers
+from tff_partial.runtime.contexts import create_context
+from tff_partial.runtime.contexts import stop_local_workers_at_exit
+from tff_partial.runtime.contexts import WorkerError
+from tff_partial.runtime.workers import local_workers
+from tff_partial.runtime.workers import LocalWorker
+from tff_partial.runtime.workers import start_worker

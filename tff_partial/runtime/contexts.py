@@ -1,0 +1,203 @@
+"""Execution contexts: TFF's local C++ runtime, or several TFF workers.
+
+`configure(workers)` installs, as TFF's default context, a
+`tff.backends.native.create_mergeable_comp_execution_context` over one
+asynchronous context per worker address: each federated computation is
+compiled to TFF's mergeable form (up-to-merge / merge / after-merge), the
+clients of a round are split into one sub-round per worker, the workers run
+their sub-rounds in parallel, and the partial aggregates are merged. For the
+computations of this package's processes (`LearningProcess.next`: a broadcast,
+client training, one weighted mean / sum per aggregate) this is the same
+round as on one worker.
+
+`configure([])` (or `configure(None)`) restores TFF's local C++ runtime.
+
+Failure handling (written here, TFF has none for this): TFF's gRPC stub marks
+UNAVAILABLE as retryable and its async context retries such errors forever,
+so a dead worker would hang the round. The stub below gives every RPC a
+deadline and turns gRPC failures into a non-retryable `WorkerError` that names
+the worker, so the round fails at once with a clear message; the training
+loop's checkpoints make the run resumable.
+"""
+
+import atexit
+from typing import Optional, Sequence
+
+from absl import logging
+import grpc
+import psutil
+import tensorflow_federated as tff
+from tensorflow_federated.python.core.backends.native import compiler
+from tensorflow_federated.python.core.environments.tensorflow_frontend import tensorflow_computation
+from tensorflow_federated.python.core.impl.execution_contexts import async_execution_context
+from tensorflow_federated.python.core.impl.executor_stacks import python_executor_stacks
+from tensorflow_federated.python.core.impl.executors import remote_executor
+from tensorflow_federated.python.core.impl.executors import remote_executor_grpc_stub
+
+from tff_partial.runtime import workers as workers_lib
+
+WorkerError = workers_lib.WorkerError
+
+DEFAULT_RPC_TIMEOUT_S = 600.0
+_GRPC_MAX_MESSAGE_BYTES = 2 * 1000 * 1000 * 1000
+_GRPC_OPTIONS = [
+    ('grpc.max_message_length', _GRPC_MAX_MESSAGE_BYTES),
+    ('grpc.max_receive_message_length', _GRPC_MAX_MESSAGE_BYTES),
+    ('grpc.max_send_message_length', _GRPC_MAX_MESSAGE_BYTES),
+]
+
+_configured_workers: list[str] = []
+
+
+class _DeadlineStub(remote_executor_grpc_stub.RemoteExecutorGrpcStub):
+  """TFF's executor stub with a deadline per RPC and non-retryable failures."""
+
+  def __init__(self, address: str, rpc_timeout_s: float):
+    super().__init__(grpc.insecure_channel(address, _GRPC_OPTIONS))
+    self._address = address
+    self._timeout = rpc_timeout_s
+
+  def _call(self, name, request):
+    try:
+      return getattr(self._stub, name)(request, timeout=self._timeout)
+    except grpc.RpcError as e:
+      code = e.code() if isinstance(e, grpc.Call) else None
+      details = e.details() if isinstance(e, grpc.Call) else str(e)
+      if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+        why = f'did not answer {name} within {self._timeout:.0f}s'
+      elif code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED):
+        why = 'is unreachable (did it die?)'
+      else:
+        why = f'failed {name}'
+      raise WorkerError(
+          f'TFF worker {self._address} {why}: {code} {details}. The round '
+          'failed; restart the worker (or drop it from --workers) and rerun '
+          'with the same flags to resume from the last checkpoint.') from None
+
+  def get_executor(self, request):
+    return self._call('GetExecutor', request)
+
+  def create_value(self, request):
+    return self._call('CreateValue', request)
+
+  def create_struct(self, request):
+    return self._call('CreateStruct', request)
+
+  def create_call(self, request):
+    return self._call('CreateCall', request)
+
+  def create_selection(self, request):
+    return self._call('CreateSelection', request)
+
+  def compute(self, request):
+    return self._call('Compute', request)
+
+  def dispose(self, request):
+    try:
+      return self._call('Dispose', request)
+    except WorkerError as e:  # cleanup after a failure must not mask it
+      logging.warning('%s', e)
+      return None
+
+  def dispose_executor(self, request):
+    try:
+      return self._call('DisposeExecutor', request)
+    except WorkerError as e:
+      logging.warning('%s', e)
+      return None
+
+
+def _worker_context(address: str, rpc_timeout_s: float):
+  """An async TFF context whose executor lives on the worker at `address`."""
+  stub = _DeadlineStub(address, rpc_timeout_s)
+
+  def stack_fn(cardinalities):
+    if cardinalities.get(tff.CLIENTS) is None:
+      cardinalities[tff.CLIENTS] = 0
+    executor = remote_executor.RemoteExecutor(stub)
+    executor.set_cardinalities(cardinalities)
+    return executor
+
+  return async_execution_context.AsyncExecutionContext(
+      executor_fn=python_executor_stacks.ResourceManagingExecutorFactory(
+          executor_stack_fn=stack_fn),
+      compiler_fn=compiler.desugar_and_transform_to_native,
+      transform_args=tensorflow_computation.transform_args,
+      transform_result=tensorflow_computation.transform_result,
+  )
+
+
+def create_context(workers: Sequence[str],
+                   rpc_timeout_s: float = DEFAULT_RPC_TIMEOUT_S):
+  """A TFF context spreading each round's clients over `workers` (host:port)."""
+  if not workers:
+    raise ValueError('--workers: give at least one host:port')
+  if rpc_timeout_s <= 0:
+    raise ValueError(f'rpc_timeout_s={rpc_timeout_s} must be > 0')
+  for address in workers:
+    workers_lib.split_address(address)
+  if len(set(workers)) != len(workers):
+    raise ValueError(f'--workers: duplicate addresses in {list(workers)}')
+  return tff.backends.native.create_mergeable_comp_execution_context(
+      [_worker_context(a, rpc_timeout_s) for a in workers])
+
+
+def _stop_local_runtime_workers() -> None:
+  """Kills the `worker_binary` children TFF's local runtime started.
+
+  TFF's local C++ context stops its worker only in a `__del__` that does not
+  run at interpreter exit, so every finished Python process leaves an orphan
+  worker behind (dozens accumulate on a shared machine and keep using CPU).
+  """
+  for child in psutil.Process().children(recursive=True):
+    try:
+      if child.name().startswith('worker_binary'):
+        child.kill()
+    except psutil.Error:
+      pass
+
+
+_exit_cleanup_installed = False
+
+
+def stop_local_workers_at_exit() -> None:
+  """Registers (once) an exit handler that kills TFF's local worker processes."""
+  global _exit_cleanup_installed
+  if not _exit_cleanup_installed:
+    atexit.register(_stop_local_runtime_workers)
+    _exit_cleanup_installed = True
+
+
+def configure(workers: Optional[Sequence[str]],
+              rpc_timeout_s: float = DEFAULT_RPC_TIMEOUT_S,
+              ready_timeout_s: float = 60.0) -> None:
+  """Sets TFF's default context: several workers, or the local C++ runtime.
+
+  Args:
+    workers: 'host:port' of running TFF workers (loopback only); empty or None
+      restores TFF's local C++ runtime (one worker it starts itself).
+    rpc_timeout_s: deadline of every call to a worker; a worker that does not
+      answer in time fails the round with `WorkerError`.
+    ready_timeout_s: how long to wait for the workers to accept connections.
+
+  Raises:
+    ValueError: an address is not loopback host:port, or is repeated.
+    WorkerError: a worker is not reachable.
+  """
+  global _configured_workers
+  stop_local_workers_at_exit()
+  if not workers:
+    tff.backends.native.set_sync_local_cpp_execution_context()
+    _configured_workers = []
+    return
+  workers = list(workers)
+  context = create_context(workers, rpc_timeout_s)
+  workers_lib.wait_until_ready(workers, ready_timeout_s)
+  tff.framework.set_default_context(context)
+  _configured_workers = workers
+  logging.info('TFF runtime: %d workers (%s)', len(workers), ', '.join(workers))
+
+
+def configured_workers() -> list[str]:
+  """The workers set by the last `configure` (empty: local runtime)."""
+  return list(_configured_workers)
