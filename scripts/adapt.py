@@ -48,8 +48,8 @@ _NUM_PARTICIPANTS = flags.DEFINE_integer(
 _STRATEGIES = flags.DEFINE_list(
     'strategies', list(strategies.ADAPTATION_STRATEGIES),
     'Adaptation strategies: ' + ', '.join(strategies.ADAPTATION_STRATEGIES))
-_LOCAL_EPOCHS = flags.DEFINE_integer('local_epochs', 20, 'Epochs of the from-scratch local model.')
-_LOCAL_LR = flags.DEFINE_float('local_learning_rate', 0.05, 'SGD learning rate of the local model.')
+_LOCAL_EPOCHS = flags.DEFINE_integer('local_epochs', 50, 'Epochs of the from-scratch local model.')
+_LOCAL_LR = flags.DEFINE_float('local_learning_rate', 0.1, 'SGD learning rate of the local model.')
 _ADAPT_EPOCHS = flags.DEFINE_integer('adapt_epochs', 5, 'Epochs of every adaptation strategy.')
 _ADAPT_LR = flags.DEFINE_float('adapt_learning_rate', 0.01, 'SGD learning rate of adaptation.')
 _ADAPT_BATCH_SIZE = flags.DEFINE_integer('adapt_batch_size', 20, 'Batch size of local and adaptation training.')
@@ -59,8 +59,14 @@ _FISHER_BATCH_SIZE = flags.DEFINE_integer(
     'fisher_batch_size', 1, 'Batch size of the empirical Fisher (1: per-example gradients).')
 _FISHER_MAX_EXAMPLES = flags.DEFINE_integer(
     'fisher_max_examples', 500, 'At most this many examples for the Fisher (-1: all).')
-_KD_ALPHA = flags.DEFINE_float('kd_alpha', 0.95, 'Knowledge distillation weight alpha of the KL term.')
-_KD_TEMPERATURE = flags.DEFINE_float('kd_temperature', 6.0, 'Knowledge distillation temperature T.')
+_KD_ALPHA = flags.DEFINE_float('kd_alpha', 0.5, 'Knowledge distillation weight alpha of the KL term.')
+_KD_TEMPERATURE = flags.DEFINE_float('kd_temperature', 2.0, 'Knowledge distillation temperature T.')
+_REUSE_LOCAL_FROM = flags.DEFINE_string(
+    'reuse_local_from', None,
+    'participants.csv of an earlier scripts.adapt run on the same task, '
+    'participants and local-training flags: take its local (from-scratch) '
+    'accuracies instead of training the local models again (they do not depend '
+    'on the federated model).')
 _SPLIT = flags.DEFINE_enum(
     'split', 'auto', evaluation.SPLITS,
     "Participants' held-out data: their test split, the last --test_fraction of "
@@ -155,6 +161,29 @@ def _participants(task, num: int, seed: int) -> list:
   return ids
 
 
+# Flags the local models depend on; --reuse_local_from checks they match.
+_LOCAL_FLAGS = ('task', 'local_epochs', 'local_learning_rate', 'adapt_batch_size',
+                'adapt_momentum', 'split', 'test_fraction', 'seed')
+
+
+def _reused_local(path: str) -> dict:
+  """participant -> local accuracy from an earlier run's CSV (validated)."""
+  if not os.path.exists(path):
+    raise flag_groups.FlagError(f'--reuse_local_from={path!r} does not exist')
+  summary_path = os.path.join(os.path.dirname(path), 'summary.json')
+  if os.path.exists(summary_path):
+    with open(summary_path) as f:
+      earlier = json.load(f)
+    config = dict(earlier.get('config', {}), task=earlier.get('run', {}).get('task'))
+    for name in _LOCAL_FLAGS:
+      if name in config and config[name] != flags.FLAGS[name].value:
+        raise flag_groups.FlagError(
+            f'--reuse_local_from={path!r} was made with {name}={config[name]!r}, '
+            f'this run has --{name}={flags.FLAGS[name].value!r}')
+  rows, _ = summary_lib.read_csv(path)
+  return {r['participant']: r['local'] for r in rows}
+
+
 def _progress(items):
   try:
     import tqdm  # pylint: disable=g-import-not-at-top
@@ -217,10 +246,17 @@ def run(output_dir: str) -> dict:
                run_dir, saved.get('aggregator', 'mean'), len(ids), task.name)
   rows = []
   csv_path = os.path.join(output_dir, 'participants.csv')
+  reused = _reused_local(_REUSE_LOCAL_FROM.value) if _REUSE_LOCAL_FROM.value else None
+  if reused is not None and set(ids) - set(reused):
+    raise flag_groups.FlagError(
+        f'--reuse_local_from={_REUSE_LOCAL_FROM.value!r} lacks participants '
+        f'{sorted(set(ids) - set(reused))[:5]}...; use the same --num_participants and --seed')
   for index, client_id in enumerate(_progress(ids)):
     data = evaluation.participant_data(
         task, client_id, split=_SPLIT.value, test_fraction=_TEST_FRACTION.value)
-    rows.append(evaluator.evaluate(data, participant_index=index))
+    rows.append(evaluator.evaluate(
+        data, participant_index=index,
+        local_accuracy=None if reused is None else reused[client_id]))
     summary_lib.write_csv(csv_path, rows, evaluator.columns)  # partial results survive
   result = summary_lib.summarize(rows, strategy_names)
   result['run'] = {
@@ -236,7 +272,7 @@ def run(output_dir: str) -> dict:
           'local_epochs', 'local_learning_rate', 'adapt_epochs',
           'adapt_learning_rate', 'adapt_batch_size', 'adapt_momentum',
           'ewc_lambda', 'fisher_batch_size', 'fisher_max_examples', 'kd_alpha',
-          'kd_temperature', 'split', 'test_fraction', 'seed')}
+          'kd_temperature', 'split', 'test_fraction', 'seed', 'reuse_local_from')}
   with open(os.path.join(output_dir, 'summary.json'), 'w') as f:
     json.dump(result, f, indent=2)
   return result

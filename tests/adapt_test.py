@@ -69,6 +69,25 @@ class AdaptMainTest(tf.test.TestCase):
                      {'finetune', 'freeze_base', 'ewc', 'distill'})
     self.assertEqual(sum(result['best_strategy_counts'].values()), 2)
 
+    # A second run reuses the local accuracies instead of retraining them.
+    again = os.path.join(self.dir, 'again')
+    with flagsaver.flagsaver(
+        run_dir=self.run_dir, results_dir=again, num_participants=2,
+        local_epochs=1, adapt_epochs=1, adapt_batch_size=4, seed=1,
+        strategies=['freeze_base'],
+        reuse_local_from=os.path.join(out, 'participants.csv')):
+      adapt.main(['adapt'])
+    with open(os.path.join(again, 'participants.csv')) as f:
+      rows_again = list(csv.DictReader(f))
+    self.assertEqual([r['local'] for r in rows_again], [r['local'] for r in rows])
+    self.assertEqual([r['federated'] for r in rows_again], [r['federated'] for r in rows])
+    with flagsaver.flagsaver(
+        run_dir=self.run_dir, results_dir=again, num_participants=2,
+        local_epochs=2, seed=1,
+        reuse_local_from=os.path.join(out, 'participants.csv')):
+      with self.assertRaisesRegex(ValueError, 'local_epochs=1'):
+        adapt.run(again)
+
 
   def test_bad_flags_raise_clear_errors(self):
     with flagsaver.flagsaver(run_dir=self.run_dir, task='emnist_2nn'):

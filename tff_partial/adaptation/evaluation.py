@@ -172,17 +172,25 @@ class ParticipantEvaluator:
       metric.update_state(y[start:start + batch_size], logits)
     return float(metric.result().numpy())
 
-  def evaluate(self, data: ParticipantData, participant_index: int = 0) -> dict:
-    """One row: accuracies on the participant's held-out data."""
+  def evaluate(self, data: ParticipantData, participant_index: int = 0,
+               local_accuracy: Optional[float] = None) -> dict:
+    """One row: accuracies on the participant's held-out data.
+
+    `participant_index` seeds the local model's initialisation and the batch
+    order; `local_accuracy`, when given (from an earlier run with the same
+    local settings), skips training the local model.
+    """
     seed = self._seed * 1_000_003 + participant_index
     row = collections.OrderedDict(
         participant=data.client_id, split=data.split,
         num_train=len(data.train_y), num_test=len(data.test_y))
     row[FEDERATED] = self.accuracy(self._federated, data.test_x, data.test_y)
-    local = self.trainer.train(
-        strategies.LOCAL, self.trainer.fresh_weights(seed), data.train_x,
-        data.train_y, self._local_config, seed)
-    row[strategies.LOCAL] = self.accuracy(local, data.test_x, data.test_y)
+    if local_accuracy is None:
+      local = self.trainer.train(
+          strategies.LOCAL, self.trainer.fresh_weights(seed), data.train_x,
+          data.train_y, self._local_config, seed)
+      local_accuracy = self.accuracy(local, data.test_x, data.test_y)
+    row[strategies.LOCAL] = float(local_accuracy)
     fisher = None
     if strategies.EWC in self._strategy_names:
       self.trainer.model.set_weights(self._federated)

@@ -74,8 +74,8 @@ class StrategyConfig:
   """Hyperparameters of EWC and KD."""
 
   ewc_lambda: float = 1000.0
-  kd_alpha: float = 0.95
-  kd_temperature: float = 6.0
+  kd_alpha: float = 0.5
+  kd_temperature: float = 2.0
 
   def validate(self) -> None:
     if self.ewc_lambda < 0:
