@@ -38,5 +38,6 @@ if [ "$WITH_BAZEL" = 1 ]; then
     $SUDO apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq bazel-bootstrap bazel-bootstrap-source >/dev/null
   fi
-  echo "setup: bazel $(bazel --version 2>/dev/null | head -1) ready (offline overrides in .bazelrc)"
+  # Debian's build prints "bazel no_version"; the package version is the truth.
+  echo "setup: bazel-bootstrap $(dpkg-query -W -f='${Version}' bazel-bootstrap 2>/dev/null || echo '?') ready (offline: .bazelrc, WORKSPACE; docs/bazel.md)"
 fi

@@ -70,16 +70,16 @@ class ClientBytes:
     )
 
 
-def _tensor_leaves(type_spec) -> list[tff.TensorType]:
+def tensor_leaves(type_spec) -> list[tff.TensorType]:
   """All tensor leaves of a (possibly federated, struct or sequence) type."""
   if isinstance(type_spec, tff.FederatedType):
-    return _tensor_leaves(type_spec.member)
+    return tensor_leaves(type_spec.member)
   if isinstance(type_spec, tff.TensorType):
     return [type_spec]
   if isinstance(type_spec, tff.StructType):
     out = []
     for _, member in tff.structure.iter_elements(type_spec):
-      out.extend(_tensor_leaves(member))
+      out.extend(tensor_leaves(member))
     return out
   if isinstance(type_spec, tff.SequenceType):
     raise ValueError(
@@ -99,12 +99,12 @@ def tensor_bytes(tensor_type: tff.TensorType) -> int:
 
 def type_bytes(type_spec) -> int:
   """Exact bytes of every tensor in `type_spec` (any TFF type)."""
-  return sum(tensor_bytes(t) for t in _tensor_leaves(type_spec))
+  return sum(tensor_bytes(t) for t in tensor_leaves(type_spec))
 
 
 def _split(type_spec, multiplier: int = 1) -> tuple[int, int]:
   payload = overhead = 0
-  for t in _tensor_leaves(type_spec):
+  for t in tensor_leaves(type_spec):
     if t.shape is not None and len(t.shape) >= 1:
       payload += tensor_bytes(t) * multiplier
     else:
@@ -144,7 +144,7 @@ def client_bytes(computation: Any) -> ClientBytes:
       # (<keys@CLIENTS, max_key@SERVER, server_val@SERVER, select_fn>
       #   -> {T*}@CLIENTS): each client receives len(keys) values of type T.
       keys_type = fn_type.parameter[0]
-      keys_leaf = _tensor_leaves(keys_type)[0]
+      keys_leaf = tensor_leaves(keys_type)[0]
       num_keys = int(np.prod(keys_leaf.shape, dtype=np.int64))
       per_key = fn_type.result.member.element
       p, o = _split(per_key, multiplier=num_keys)

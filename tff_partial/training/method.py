@@ -71,12 +71,12 @@ class BuiltMethod:
 
 
 def count_params(weights) -> int:
-  """Parameters in a structure of tensors / variables / arrays / TFF types."""
-  total = 0
-  for w in tf.nest.flatten(weights):
-    shape = w.shape
-    total += int(np.prod(shape, dtype=np.int64)) if len(shape) else 1
-  return total
+  """Parameters in a TFF type, or a structure of tensors / variables / arrays."""
+  if isinstance(weights, tff.types.Type):
+    leaves = comm.tensor_leaves(weights)
+  else:
+    leaves = tf.nest.flatten(weights)
+  return sum(int(np.prod(w.shape, dtype=np.int64)) for w in leaves)
 
 
 def model_weights_type(task: registry.Task):

@@ -1,0 +1,140 @@
+r"""Trains a task with one of the package's methods: the training binary.
+
+  python -m scripts.train --task=emnist_cnn --algorithm=fedavg \
+      --data_source=leaf --data_dir=../shared/data/femnist_leaf_sample.tar.xz \
+      --total_rounds=50 --clients_per_round=10 --experiment_name=femnist_fedavg
+
+`--dry_run` builds everything, trains nothing, and prints the DESIGN.md JSON
+object on the last line of stdout. Outputs of a run go to
+`<root_output_dir>/<experiment_name>/`: metrics.csv, tensorboard/,
+checkpoints/ (a restarted run resumes), flags.json, model_weights.npz,
+final_eval.json.
+"""
+
+import json
+import os
+import sys
+
+from absl import app
+from absl import flags
+from absl import logging
+
+from scripts import flag_groups
+from scripts import methods
+from scripts.methods import aggregators
+from tasks import registry
+from tff_partial.training import loop
+from tff_partial.training import method as method_lib
+
+# Importing the method modules defines their flag groups.
+_METHOD_MODULES = methods.all_method_modules()
+
+_ALGORITHM = flags.DEFINE_enum('algorithm', 'fedavg', methods.ALGORITHMS, 'Training method.')
+_DRY_RUN = flags.DEFINE_bool(
+    'dry_run', False, 'Build the process, train nothing, print the report JSON.')
+
+# Flags that do not change what is computed (not compared on resume).
+_NOT_SAVED = ('dry_run', 'root_output_dir', 'experiment_name')
+
+
+def _fail(message: str) -> None:
+  print(f'error: {message}', file=sys.stderr)
+  sys.exit(2)
+
+
+def _validate_common() -> None:
+  for holder in (flag_groups.TOTAL_ROUNDS, flag_groups.CLIENTS_PER_ROUND,
+                 flag_groups.ROUNDS_PER_EVAL, flag_groups.ROUNDS_PER_CHECKPOINT):
+    flag_groups.check_positive(holder)
+  algorithm = _ALGORITHM.value
+  for name, module in _METHOD_MODULES.items():
+    if name == algorithm:
+      continue
+    for flag_name in module.FLAG_NAMES:
+      if flags.FLAGS[flag_name].present:
+        raise flag_groups.FlagError(
+            f'--{flag_name} belongs to --algorithm={name} and does not apply to '
+            f'--algorithm={algorithm}')
+  _METHOD_MODULES[algorithm].validate_flags()
+  aggregators.validate_flags(algorithm)
+  if not _DRY_RUN.value and not flag_groups.EXPERIMENT_NAME.value:
+    raise flag_groups.FlagError('--experiment_name is required to train (outputs go to '
+                                '<root_output_dir>/<experiment_name>/)')
+
+
+def run_flags() -> dict:
+  """The flags this run depends on (saved as flags.json beside the outputs)."""
+  values = {}
+  for module_name, module_flags in flags.FLAGS.flags_by_module_dict().items():
+    # absl files flags of the `python -m` main module under sys.argv[0].
+    if module_name.startswith('scripts.') or module_name in ('__main__', sys.argv[0]):
+      for flag in module_flags:
+        if flag.name not in _NOT_SAVED:
+          values[flag.name] = flag.value
+  return dict(sorted(values.items()))
+
+
+def build(task: registry.Task):
+  """(BuiltMethod, AggregatorChoice) for the flags."""
+  server_optimizer = flag_groups.server_optimizer()
+  choice = aggregators.build(
+      task, flag_groups.CLIENTS_PER_ROUND.value, flag_groups.TOTAL_ROUNDS.value,
+      server_optimizer)
+  ctx = method_lib.MethodContext(
+      task=task,
+      client_optimizer=flag_groups.client_optimizer(),
+      server_optimizer=choice.server_optimizer or server_optimizer,
+      model_aggregator=choice.factory,
+      seed=flag_groups.SEED.value,
+      clients_per_round=flag_groups.CLIENTS_PER_ROUND.value,
+      total_rounds=flag_groups.TOTAL_ROUNDS.value,
+  )
+  return _METHOD_MODULES[_ALGORITHM.value].build(ctx), choice
+
+
+def main(argv):
+  if len(argv) > 1:
+    _fail(f'unexpected arguments: {" ".join(argv[1:])}')
+  try:
+    _validate_common()
+    task = flag_groups.create_task()
+    if flag_groups.CLIENTS_PER_ROUND.value > task.population:
+      raise flag_groups.FlagError(
+          f'--clients_per_round={flag_groups.CLIENTS_PER_ROUND.value} is larger than '
+          f'the population of --task={task.name} ({task.population} train clients)')
+    built, choice = build(task)
+  except (flag_groups.FlagError, registry.TaskError) as e:
+    _fail(str(e))
+  total_rounds = flag_groups.TOTAL_ROUNDS.value
+  epsilon = choice.epsilon_fn(total_rounds) if choice.epsilon_fn else None
+  if _DRY_RUN.value:
+    report = method_lib.dry_run_report(built, task, epsilon)
+    report.update(total_rounds=total_rounds,
+                  clients_per_round=flag_groups.CLIENTS_PER_ROUND.value,
+                  aggregator=flags.FLAGS.aggregator)
+    print(json.dumps(report, sort_keys=True))
+    return
+  output_dir = os.path.join(flag_groups.ROOT_OUTPUT_DIR.value, flag_groups.EXPERIMENT_NAME.value)
+  logging.info('task %s: %s', task.name, task.data_description)
+  logging.info('writing to %s', output_dir)
+  try:
+    result = loop.run_training(
+        task,
+        built,
+        total_rounds=total_rounds,
+        clients_per_round=flag_groups.CLIENTS_PER_ROUND.value,
+        seed=flag_groups.SEED.value,
+        output_dir=output_dir,
+        rounds_per_eval=flag_groups.ROUNDS_PER_EVAL.value,
+        rounds_per_checkpoint=flag_groups.ROUNDS_PER_CHECKPOINT.value,
+        epsilon_fn=choice.epsilon_fn,
+        run_flags=run_flags(),
+        print_fn=print,
+    )
+  except loop.RunConfigMismatchError as e:
+    _fail(str(e))
+  print(json.dumps({'final_eval': result.final_eval, 'output_dir': output_dir}, sort_keys=True))
+
+
+if __name__ == '__main__':
+  app.run(main)

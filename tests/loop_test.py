@@ -1,0 +1,120 @@
+"""Tests of the one training loop: resume equality, seeding, real-data learning."""
+
+import csv
+import os
+import shutil
+
+import numpy as np
+import tensorflow as tf
+
+from scripts.methods import fedavg
+from tasks import registry
+from tests import testing_utils
+from tff_partial.training import loop
+from tff_partial.training import method
+
+_TIME_COLUMNS = ('training_time_in_seconds', 'evaluation/evaluation_time_in_seconds')
+
+
+def _femnist_task(name, batch_size=20, max_elements=None):
+  return registry.create_task(
+      name,
+      train_client_spec=testing_utils.client_spec(batch_size=batch_size, max_elements=max_elements),
+      data_source='leaf',
+      data_dir=testing_utils.shared_data(testing_utils.FEMNIST),
+      cache_dir=testing_utils.cache_dir(),
+  )
+
+
+def _fedavg(task, client_lr=0.1):
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+  return fedavg.build(method.MethodContext(
+      task=task,
+      client_optimizer=tff.learning.optimizers.build_sgdm(learning_rate=client_lr),
+      server_optimizer=tff.learning.optimizers.build_sgdm(learning_rate=1.0),
+  ))
+
+
+def _rows(path):
+  with open(path) as f:
+    rows = list(csv.DictReader(f))
+  return [{k: v for k, v in r.items() if k not in _TIME_COLUMNS} for r in rows]
+
+
+def _weights(path):
+  with np.load(path) as data:
+    return [data[k] for k in sorted(data.files, key=lambda k: int(k.split('_')[1]))]
+
+
+class LoopTest(tf.test.TestCase):
+
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    cls.task = _femnist_task('emnist_2nn', max_elements=3)
+    cls.built = _fedavg(cls.task)
+
+  def _train(self, output_dir, total_rounds):
+    return loop.run_training(
+        self.task, self.built, total_rounds=total_rounds, clients_per_round=3, seed=7,
+        output_dir=output_dir, rounds_per_checkpoint=2, print_fn=lambda _: None)
+
+  def test_resumed_run_equals_uninterrupted_run(self):
+    root = self.create_tempdir().full_path
+    full_dir, resumed_dir = os.path.join(root, 'full'), os.path.join(root, 'resumed')
+    self._train(full_dir, total_rounds=4)
+    # A run killed during round 4: its last checkpoint is round 2, its CSV
+    # already holds round 3.
+    self._train(resumed_dir, total_rounds=3)
+    shutil.rmtree(os.path.join(resumed_dir, 'checkpoints', 'program_state_3'))
+    os.remove(os.path.join(resumed_dir, 'model_weights.npz'))
+    self._train(resumed_dir, total_rounds=4)
+
+    full, resumed = _weights(os.path.join(full_dir, 'model_weights.npz')), _weights(
+        os.path.join(resumed_dir, 'model_weights.npz'))
+    self.assertLen(resumed, len(full))
+    for a, b in zip(full, resumed):
+      np.testing.assert_array_equal(a, b)
+    full_rows = _rows(os.path.join(full_dir, 'metrics.csv'))
+    self.assertLen(full_rows, 5)
+    self.assertEqual(full_rows, _rows(os.path.join(resumed_dir, 'metrics.csv')))
+
+  def test_same_seed_same_run_and_other_seed_differs(self):
+    a = loop.run_training(self.task, self.built, total_rounds=1, clients_per_round=2, seed=3,
+                          output_dir=None, print_fn=lambda _: None)
+    b = loop.run_training(self.task, self.built, total_rounds=1, clients_per_round=2, seed=3,
+                          output_dir=None, print_fn=lambda _: None)
+    c = loop.run_training(self.task, self.built, total_rounds=1, clients_per_round=2, seed=4,
+                          output_dir=None, print_fn=lambda _: None)
+    self.assertEqual(a.final_eval, b.final_eval)
+    self.assertNotEqual(a.final_eval, c.final_eval)
+
+  def test_initial_weights_are_seeded(self):
+    w1 = loop.initial_model_weights(self.task, 5).trainable
+    w2 = loop.initial_model_weights(self.task, 5).trainable
+    w3 = loop.initial_model_weights(self.task, 6).trainable
+    for a, b in zip(w1, w2):
+      np.testing.assert_array_equal(a, b)
+    self.assertFalse(np.array_equal(w1[0], w3[0]))
+
+
+class FemnistFedAvgLearnsTest(tf.test.TestCase):
+  """FedAvg on the real FEMNIST sample learns far above chance (1/62 = 1.6%)."""
+
+  def test_fedavg_emnist_cnn_learns(self):
+    task = _femnist_task('emnist_cnn')
+    result = loop.run_training(
+        task, _fedavg(task), total_rounds=30, clients_per_round=10, seed=0,
+        output_dir=None, rounds_per_eval=10, print_fn=print)
+    # Measured 2026-11-21 (seed 0, 30 rounds x 10 writers, client SGD 0.1,
+    # batch 20, server SGD 1.0): test accuracy 0.373 on all 4,182 test images
+    # of the 198 test writers (chance: 0.016). Asserted with a margin.
+    self.assertGreater(result.final_eval['accuracy'], MIN_ACCURACY)
+    losses = [m['client_work/train/loss'] for m in result.round_metrics if 'client_work/train/loss' in m]
+    self.assertLess(np.mean(losses[-5:]), np.mean(losses[:5]))
+
+
+MIN_ACCURACY = 0.25
+
+if __name__ == '__main__':
+  tf.test.main()

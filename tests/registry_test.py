@@ -1,0 +1,62 @@
+"""Tests of tasks/registry.py and the EMNIST task family (no data loaded)."""
+
+from absl.testing import absltest
+import tensorflow_federated as tff
+
+from tasks import emnist
+from tasks import registry
+
+_SPEC = tff.simulation.baselines.ClientSpec(num_epochs=1, batch_size=4)
+
+
+class RegistryTest(absltest.TestCase):
+
+  def test_emnist_tasks_are_registered(self):
+    names = registry.task_names()
+    for name in ('emnist_cnn', 'emnist_cnn_gn', 'emnist_2nn'):
+      self.assertIn(name, names)
+
+  def test_unknown_task_names_the_flag_and_valid_tasks(self):
+    with self.assertRaises(registry.TaskError) as cm:
+      registry.create_task('no_such_task', train_client_spec=_SPEC)
+    message = str(cm.exception)
+    self.assertIn("--task='no_such_task'", message)
+    for name in registry.task_names():
+      self.assertIn(name, message)
+    self.assertIsInstance(cm.exception, ValueError)
+
+  def test_unknown_hparam_is_rejected_before_loading_data(self):
+    with self.assertRaisesRegex(registry.TaskError, r"no hyperparameter\(s\) \['bogus'\]"):
+      registry.create_task('emnist_cnn', train_client_spec=_SPEC, bogus=1)
+
+  def test_unavailable_data_source_names_valid_values(self):
+    with self.assertRaises(registry.TaskError) as cm:
+      registry.create_task('emnist_2nn', train_client_spec=_SPEC, data_source='jpeg')
+    self.assertIn("--data_source='jpeg'", str(cm.exception))
+    self.assertIn('auto, tff, leaf, synthetic', str(cm.exception))
+
+  def test_duplicate_registration_raises(self):
+    with self.assertRaisesRegex(ValueError, 'already registered'):
+      registry.register_task('emnist_cnn', lambda **_: None, flag_prefix='emnist')
+
+
+class EmnistModelsTest(absltest.TestCase):
+
+  def test_parameter_counts(self):
+    # conv1 832 + conv2 51,264 + dense1 1,606,144 + dense2 31,806.
+    self.assertEqual(emnist.create_cnn().count_params(), 1_690_046)
+    # + GroupNorm gamma and beta over conv2's 64 channels.
+    self.assertEqual(emnist.create_cnn(group_norm=True).count_params(), 1_690_174)
+    # dense1 157,000 + dense2 40,200 + dense3 12,462.
+    self.assertEqual(emnist.create_2nn().count_params(), 209_662)
+
+  def test_stable_layer_names(self):
+    names = [layer.name for layer in emnist.create_cnn(group_norm=True).layers]
+    self.assertEqual(names, ['conv1', 'pool1', 'conv2', 'group_norm', 'pool2',
+                             'flatten', 'dense1', 'dense2'])
+    self.assertEqual([layer.name for layer in emnist.create_2nn().layers],
+                     ['flatten', 'dense1', 'dense2', 'dense3'])
+
+
+if __name__ == '__main__':
+  absltest.main()

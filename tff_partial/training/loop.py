@@ -1,0 +1,330 @@
+"""The one training loop, shared by every method and binary.
+
+Built on `tff.simulation.run_training_process` with TFF's program managers:
+`tff.program.FileProgramStateManager` (checkpoints, resume),
+`tff.program.CSVFileReleaseManager` (metrics.csv, one row per round) and
+`tff.program.TensorBoardReleaseManager`, plus two small release managers of
+ours: one that adds the per-round constants (exact bytes per client, epsilon so
+far) to every release, and one that logs one progress line per round.
+
+Reproducibility: the initial model comes from a seeded Keras initialization;
+clients are sampled with TFF's seeded `build_uniform_sampling_fn` (a function
+of (seed, round)); each client's raw data is shuffled with a seed derived from
+(seed, round, client slot). A run killed and restarted with the same flags
+resumes from its last checkpoint and ends with the same weights and metrics as
+an uninterrupted one.
+"""
+
+import asyncio
+import collections
+import dataclasses
+import json
+import os
+import time
+from typing import Any, Callable, Optional
+
+from absl import logging
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tasks import registry
+from tff_partial.training import method as method_lib
+
+_SHUFFLE_BUFFER = 1000
+_FLAGS_FILE = 'flags.json'
+_WEIGHTS_FILE = 'model_weights.npz'
+# Flags that may change between a run and its resumption without changing
+# what is computed.
+RESUMABLE_FLAG_CHANGES = frozenset(
+    {'total_rounds', 'rounds_per_eval', 'rounds_per_checkpoint', 'workers'})
+
+
+class RunConfigMismatchError(ValueError):
+  """The output directory holds a run with different flags."""
+
+
+@dataclasses.dataclass
+class TrainingResult:
+  state: Any
+  round_metrics: list
+  final_eval: dict
+
+
+def client_seed(seed: int, round_num: int, client_index: int) -> int:
+  """A 31-bit seed that is a pure function of (seed, round, client slot)."""
+  mixed = np.random.SeedSequence([seed, round_num, client_index]).generate_state(1)
+  return int(mixed[0] & 0x7FFFFFFF)
+
+
+def initial_model_weights(task: registry.Task, seed: int) -> tff.learning.models.ModelWeights:
+  """The task model's Keras initialization under `seed` (same in every run)."""
+  tf.keras.utils.set_random_seed(seed)
+  model = task.keras_model_fn()
+  return tff.learning.models.ModelWeights.from_model(model)
+
+
+class _Evaluator:
+  """Keras evaluation of server model weights on all test examples."""
+
+  def __init__(self, task: registry.Task):
+    self._task = task
+    self._model = None
+    self._dataset = None
+
+  def __call__(self, model_weights) -> dict:
+    if self._model is None:
+      self._model = self._task.compiled_keras_model()
+      self._dataset = self._task.centralized_test_dataset().cache()
+    model_weights.assign_weights_to(self._model)
+    results = self._model.evaluate(self._dataset, verbose=0, return_dict=True)
+    return {k: float(v) for k, v in results.items()}
+
+
+def evaluate(task: registry.Task, model_weights) -> dict:
+  """Loss and metrics of `model_weights` on all of the task's test examples."""
+  return _Evaluator(task)(model_weights)
+
+
+def build_client_selection_fn(
+    task: registry.Task,
+    built: method_lib.BuiltMethod,
+    clients_per_round: int,
+    seed: int,
+) -> Callable[[int], list]:
+  """round_num -> the list of client values `built.process.next` takes."""
+  client_ids = list(task.train_data.client_ids)
+  sample = tff.simulation.build_uniform_sampling_fn(
+      client_ids, replace=False, random_seed=seed)
+  preprocess = task.baseline.datasets.train_preprocess_fn
+
+  def select(round_num: int) -> list:
+    values = []
+    for index, client_id in enumerate(sample(round_num, clients_per_round)):
+      raw = task.train_data.create_tf_dataset_for_client(client_id)
+      raw = raw.shuffle(_SHUFFLE_BUFFER, seed=client_seed(seed, round_num, index),
+                        reshuffle_each_iteration=True)
+      dataset = preprocess(raw)
+      if built.client_input_fn is not None:
+        values.append(built.client_input_fn(round_num, index, client_id, dataset))
+      else:
+        values.append(dataset)
+    return values
+
+  return select
+
+
+def _flatten(metrics, prefix=''):
+  out = collections.OrderedDict()
+  for key, value in metrics.items():
+    name = f'{prefix}{key}'
+    if isinstance(value, (dict, collections.OrderedDict)):
+      out.update(_flatten(value, name + '/'))
+    else:
+      out[name] = value
+  return out
+
+
+def _first_matching(metrics: dict, suffixes) -> Optional[float]:
+  for suffix in suffixes:
+    for key, value in metrics.items():
+      if key.endswith(suffix):
+        return float(np.asarray(value))
+  return None
+
+
+class _AddConstants(tff.program.ReleaseManager):
+  """Adds per-round bytes and epsilon to every release, then forwards it."""
+
+  def __init__(self, inner, built, epsilon_fn):
+    self._inner = list(inner)
+    self._bytes = built.bytes
+    self._epsilon_fn = epsilon_fn
+    self.history = []
+
+  async def release(self, value, key):
+    value = collections.OrderedDict(_flatten(value))
+    value['comm/bytes_down_per_client'] = self._bytes.down_payload
+    value['comm/bytes_up_per_client'] = self._bytes.up_payload
+    if self._epsilon_fn is not None:
+      value['privacy/epsilon'] = float(self._epsilon_fn(int(key))) if key else 0.0
+    self.history.append((int(key), dict(value)))
+    await asyncio.gather(*[m.release(value, key=key) for m in self._inner])
+
+
+class ProgressReleaseManager(tff.program.ReleaseManager):
+  """Logs one line per round: loss, accuracy, seconds, ETA, bytes, epsilon."""
+
+  def __init__(self, total_rounds: int, print_fn=None):
+    self._total = total_rounds
+    self._times = []
+    self._print = print_fn or logging.info
+
+  async def release(self, value, key):
+    key = int(key)
+    loss = _first_matching(value, ('train/loss',))
+    acc = _first_matching(value, ('train/accuracy', 'train/sparse_categorical_accuracy'))
+    eval_acc = _first_matching(value, ('evaluation/accuracy',))
+    seconds = value.get(tff.simulation.TRAINING_TIME_KEY)
+    parts = [f'round {key}/{self._total}']
+    if key == 0:
+      parts.append('initial model')
+    if loss is not None:
+      parts.append(f'loss {loss:.4f}')
+    if acc is not None:
+      parts.append(f'acc {acc:.4f}')
+    if eval_acc is not None:
+      parts.append(f'test acc {eval_acc:.4f}')
+    if seconds is not None:
+      self._times.append(float(seconds))
+      eta = np.mean(self._times[-10:]) * max(self._total - key, 0)
+      parts.append(f'{float(seconds):.1f}s')
+      parts.append(f'ETA {time.strftime("%H:%M:%S", time.gmtime(eta))}')
+    parts.append(
+        f'down {value["comm/bytes_down_per_client"] / 1e6:.3f} MB '
+        f'up {value["comm/bytes_up_per_client"] / 1e6:.3f} MB per client')
+    if 'privacy/epsilon' in value:
+      parts.append(f'epsilon {value["privacy/epsilon"]:.3f}')
+    self._print(' | '.join(parts))
+
+
+def check_or_save_flags(output_dir: str, run_flags: dict) -> None:
+  """Saves `flags.json`, or checks it equals the one of the run being resumed."""
+  path = os.path.join(output_dir, _FLAGS_FILE)
+  if os.path.exists(path):
+    with open(path) as f:
+      saved = json.load(f)
+    keys = (set(saved) | set(run_flags)) - RESUMABLE_FLAG_CHANGES
+    diff = sorted(k for k in keys if saved.get(k) != run_flags.get(k))
+    if diff:
+      details = ', '.join(f'--{k}: saved {saved.get(k)!r} vs now {run_flags.get(k)!r}' for k in diff)
+      raise RunConfigMismatchError(
+          f'{output_dir} holds a run with different flags ({details}); use another '
+          '--experiment_name or --root_output_dir, or the same flags to resume it')
+    return
+  os.makedirs(output_dir, exist_ok=True)
+  tmp = path + '.tmp'
+  with open(tmp, 'w') as f:
+    json.dump(run_flags, f, indent=2, sort_keys=True)
+  os.replace(tmp, path)
+
+
+def save_model_weights(output_dir: str, task: registry.Task, model_weights) -> str:
+  """Writes the Keras `model.get_weights()` list of the model as an .npz."""
+  model = task.keras_model_fn()
+  model_weights.assign_weights_to(model)
+  path = os.path.join(output_dir, _WEIGHTS_FILE)
+  np.savez(path, *model.get_weights())
+  return path
+
+
+def load_model_weights(run_dir: str, task: registry.Task) -> tff.learning.models.ModelWeights:
+  """Reads `model_weights.npz` of a run into the task's model weights."""
+  model = task.keras_model_fn()
+  with np.load(os.path.join(run_dir, _WEIGHTS_FILE)) as data:
+    model.set_weights([data[f'arr_{i}'] for i in range(len(data.files))])
+  return tff.learning.models.ModelWeights.from_model(model)
+
+
+def run_training(
+    task: registry.Task,
+    built: method_lib.BuiltMethod,
+    *,
+    total_rounds: int,
+    clients_per_round: int,
+    seed: int,
+    output_dir: Optional[str],
+    rounds_per_eval: int = 1,
+    rounds_per_checkpoint: int = 10,
+    epsilon_fn: Optional[Callable[[int], float]] = None,
+    run_flags: Optional[dict] = None,
+    print_fn: Optional[Callable[[str], None]] = None,
+) -> TrainingResult:
+  """Trains `built.process` on `task`; resumes from `output_dir` if it holds a run.
+
+  With `output_dir=None` nothing is written (no checkpoints, no resume).
+  """
+  if clients_per_round > task.population:
+    raise ValueError(
+        f'--clients_per_round={clients_per_round} is larger than the population '
+        f'of --task={task.name} ({task.population} train clients)')
+  process = built.process
+  managers = [ProgressReleaseManager(total_rounds, print_fn)]
+  state_manager = None
+  if output_dir is not None:
+    if run_flags is not None:
+      check_or_save_flags(output_dir, run_flags)
+    os.makedirs(output_dir, exist_ok=True)
+    managers += [
+        tff.program.CSVFileReleaseManager(
+            file_path=os.path.join(output_dir, 'metrics.csv'), key_fieldname='round_num'),
+        tff.program.TensorBoardReleaseManager(os.path.join(output_dir, 'tensorboard')),
+    ]
+    state_manager = tff.program.FileProgramStateManager(
+        os.path.join(output_dir, 'checkpoints'), keep_total=3, keep_first=True)
+  release = _AddConstants(managers, built, epsilon_fn)
+  evaluator = _Evaluator(task)
+
+  def evaluation_fn(state, unused_clients):
+    return evaluator(process.get_model_weights(state))
+
+  loop = asyncio.get_event_loop()
+  versions = loop.run_until_complete(state_manager.get_versions()) if state_manager else None
+  if not versions:
+    # Seeded initial model, saved as version 0 so that run_training_process
+    # starts from it (and a resumed run starts from the same one).
+    state = process.set_model_weights(process.initialize(), initial_model_weights(task, seed))
+    initial = collections.OrderedDict(evaluation=evaluation_fn(state, None))
+    loop.run_until_complete(release.release(initial, key=0))
+    if state_manager is not None:
+      loop.run_until_complete(state_manager.save(state, 0))
+  else:
+    logging.info('Resuming from checkpoint round %d in %s', max(versions), output_dir)
+    state = None
+
+  if state_manager is None:
+    # No checkpoints: give run_training_process a process whose initialize is
+    # not used (it only initializes when there is no saved state), by saving
+    # the initial state into an in-memory manager.
+    state_manager = _MemoryStateManager(state)
+
+  final_state = tff.simulation.run_training_process(
+      training_process=process,
+      training_selection_fn=build_client_selection_fn(task, built, clients_per_round, seed),
+      total_rounds=total_rounds,
+      evaluation_fn=evaluation_fn,
+      evaluation_selection_fn=lambda round_num: None,
+      rounds_per_evaluation=rounds_per_eval,
+      program_state_manager=state_manager,
+      rounds_per_saving_program_state=rounds_per_checkpoint,
+      metrics_managers=[release],
+  )
+  final_weights = process.get_model_weights(final_state)
+  final_eval = evaluator(final_weights)
+  if output_dir is not None:
+    save_model_weights(output_dir, task, final_weights)
+    if total_rounds % rounds_per_checkpoint:
+      loop.run_until_complete(state_manager.save(final_state, total_rounds))
+    with open(os.path.join(output_dir, 'final_eval.json'), 'w') as f:
+      json.dump(final_eval, f, indent=2)
+  return TrainingResult(final_state, [m for _, m in release.history], final_eval)
+
+
+class _MemoryStateManager(tff.program.ProgramStateManager):
+  """Holds the seeded initial state in memory (runs without an output dir)."""
+
+  def __init__(self, initial_state):
+    self._states = {0: initial_state}
+
+  async def get_versions(self):
+    return sorted(self._states)
+
+  async def load(self, version, structure):
+    del structure
+    return self._states[version]
+
+  async def save(self, program_state, version):
+    self._states = {version: program_state}
+
+  async def remove_all(self):
+    self._states = {}
