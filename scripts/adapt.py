@@ -11,9 +11,9 @@ freeze-base, EWC and knowledge distillation (`tff_partial.adaptation`).
       --num_participants=40 --local_epochs=20 --adapt_epochs=5
 
 With `--train_if_missing`, a run directory without `model_weights.npz` is
-first trained with FedAvg and the `--aggregator` given, through the shared
-training loop (`tff_partial.training.loop.run_training`), using the task,
-data and training flags of this binary.
+first trained, exactly as `scripts.train` would (its `--algorithm`,
+`--aggregator`, method and training flags, its builder and the shared loop
+`tff_partial.training.loop.run_training`), writing flags.json beside it.
 
 Writes `<results_dir>/participants.csv` (one row per participant),
 `<results_dir>/summary.json`, and prints the summary table; plot with
@@ -30,6 +30,9 @@ from absl import logging
 import numpy as np
 
 from scripts import flag_groups
+# scripts.train's flags (--algorithm, method and --aggregator flags) and its
+# method builder serve --train_if_missing.
+from scripts import train
 from tasks import registry
 from tff_partial.adaptation import evaluation
 from tff_partial.adaptation import strategies
@@ -73,6 +76,12 @@ _SPLIT = flags.DEFINE_enum(
     'their examples in order, or auto (test split when the task has one).')
 _TEST_FRACTION = flags.DEFINE_float('test_fraction', 0.2, 'Held-out share for --split=in_order.')
 
+_OWN_FLAGS = (
+    _RUN_DIR, _RESULTS_DIR, _TRAIN_IF_MISSING, _NUM_PARTICIPANTS, _STRATEGIES,
+    _LOCAL_EPOCHS, _LOCAL_LR, _ADAPT_EPOCHS, _ADAPT_LR, _ADAPT_BATCH_SIZE,
+    _ADAPT_MOMENTUM, _EWC_LAMBDA, _FISHER_BATCH_SIZE, _FISHER_MAX_EXAMPLES,
+    _KD_ALPHA, _KD_TEMPERATURE, _REUSE_LOCAL_FROM, _SPLIT, _TEST_FRACTION)
+
 # Flags a run's flags.json sets here (task and data), unless given explicitly.
 _RUN_FLAGS = ('task', 'data_source', 'data_dir', 'cache_dir')
 
@@ -113,38 +122,27 @@ def _apply_run_flags(saved: dict) -> None:
 
 
 def _train(task, run_dir: str) -> None:
-  """FedAvg (with --aggregator) into run_dir through the shared training loop."""
+  """Trains into run_dir with scripts.train's method/aggregator flags and loop."""
   # pylint: disable=g-import-not-at-top
-  try:
-    from tff_partial.training import loop
-  except ImportError as e:
-    raise flag_groups.FlagError(
-        '--train_if_missing needs tff_partial.training.loop (the shared training '
-        'loop), which this checkout lacks; train with scripts.train and pass its '
-        '--run_dir') from e
+  from scripts import methods
   from scripts.methods import aggregators
-  from scripts.methods import fedavg
-  from tff_partial.training import method
-  aggregators.validate_flags('fedavg')
-  choice = aggregators.build(task, flag_groups.CLIENTS_PER_ROUND.value,
-                             flag_groups.TOTAL_ROUNDS.value,
-                             flag_groups.server_optimizer())
-  ctx = method.MethodContext(
-      task=task,
-      client_optimizer=flag_groups.client_optimizer(),
-      server_optimizer=choice.server_optimizer or flag_groups.server_optimizer(),
-      model_aggregator=choice.factory,
-      seed=flag_groups.SEED.value,
-      clients_per_round=flag_groups.CLIENTS_PER_ROUND.value,
-      total_rounds=flag_groups.TOTAL_ROUNDS.value)
-  built = fedavg.build(ctx)
+  from tff_partial.training import loop
+  algorithm = flags.FLAGS.algorithm
+  for holder in (flag_groups.TOTAL_ROUNDS, flag_groups.CLIENTS_PER_ROUND,
+                 flag_groups.ROUNDS_PER_EVAL, flag_groups.ROUNDS_PER_CHECKPOINT):
+    flag_groups.check_positive(holder)
+  methods.method_module(algorithm).validate_flags()
+  aggregators.validate_flags(algorithm)
+  built, choice = train.build(task)
+  own = {holder.name for holder in _OWN_FLAGS}
+  run_flags = {k: v for k, v in train.run_flags().items() if k not in own}
   loop.run_training(
       task, built, total_rounds=flag_groups.TOTAL_ROUNDS.value,
       clients_per_round=flag_groups.CLIENTS_PER_ROUND.value,
       seed=flag_groups.SEED.value, output_dir=run_dir,
       rounds_per_eval=flag_groups.ROUNDS_PER_EVAL.value,
       rounds_per_checkpoint=flag_groups.ROUNDS_PER_CHECKPOINT.value,
-      epsilon_fn=choice.epsilon_fn)
+      epsilon_fn=choice.epsilon_fn, run_flags=run_flags)
 
 
 def load_weights(path: str) -> list:

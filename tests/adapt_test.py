@@ -89,6 +89,23 @@ class AdaptMainTest(tf.test.TestCase):
         adapt.run(again)
 
 
+  def test_train_if_missing_trains_then_adapts(self):
+    run_dir = os.path.join(self.dir, 'trained')
+    out = os.path.join(self.dir, 'trained_out')
+    with flagsaver.flagsaver(
+        run_dir=run_dir, results_dir=out, train_if_missing=True,
+        task='emnist_2nn', data_source='synthetic', total_rounds=1,
+        clients_per_round=2, rounds_per_checkpoint=1, client_batch_size=5,
+        local_epochs=1, adapt_epochs=1, strategies=['finetune']):
+      adapt.main(['adapt'])
+    with open(os.path.join(run_dir, 'flags.json')) as f:
+      saved = json.load(f)
+    self.assertEqual((saved['task'], saved['algorithm']), ('emnist_2nn', 'fedavg'))
+    self.assertNotIn('local_epochs', saved)  # adapt's own flags are not the run's
+    self.assertTrue(os.path.exists(os.path.join(run_dir, 'model_weights.npz')))
+    with open(os.path.join(out, 'summary.json')) as f:
+      self.assertEqual(json.load(f)['num_participants'], 2)
+
   def test_bad_flags_raise_clear_errors(self):
     with flagsaver.flagsaver(run_dir=self.run_dir, task='emnist_2nn'):
       with self.assertRaisesRegex(ValueError, '--task=.*contradicts the run'):
