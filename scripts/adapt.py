@@ -23,6 +23,7 @@ Writes `<results_dir>/participants.csv` (one row per participant),
 import json
 import os
 import random
+import sys
 
 from absl import app
 from absl import flags
@@ -280,7 +281,11 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
   output_dir = _RESULTS_DIR.value or os.path.join(_RUN_DIR.value or '.', 'adaptation')
-  result = run(output_dir)
+  try:
+    result = run(output_dir)
+  except (flag_groups.FlagError, registry.TaskError) as e:
+    print(f'error: {e}', file=sys.stderr)
+    sys.exit(2)
   print(summary_lib.format_table(result))
   print(f'wrote {os.path.join(output_dir, "participants.csv")} and summary.json')
 
