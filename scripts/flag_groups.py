@@ -142,7 +142,9 @@ def task_hparams(task_name: str) -> dict:
   """This task's hyperparameters from its flags; rejects other tasks' flags."""
   spec = registry.get_spec(task_name)
   for flag_name, prefix in _TASK_HPARAM_FLAGS.items():
-    if prefix != spec.flag_prefix and flags.FLAGS[flag_name].present:
+    flag = flags.FLAGS[flag_name]
+    # `present` misses values set in code (absl flagsaver); a changed value counts too.
+    if prefix != spec.flag_prefix and (flag.present or flag.value != flag.default):
       raise FlagError(
           f'--{flag_name} belongs to the {prefix}_* tasks and does not apply to '
           f'--task={task_name}')

@@ -15,7 +15,10 @@ server/client boundary:
 
 Leaves are split in two: the *payload* (tensors of rank >= 1: model weights,
 updates, select keys, the FedPT seed `int32[2]`) and the *overhead* (scalars:
-learning rates, clip norms, aggregation weights, metric sums). The contract
+learning rates, clip norms, aggregation weights; and every metric sum: an
+aggregated struct with a top-level `num_examples` field is the metrics that
+`tff.learning` models always report, whatever the rank of its states, e.g.
+the thresholds of a precision metric). The contract
 keys `bytes_down_per_client` / `bytes_up_per_client` are the payload; the
 overhead is reported beside it so nothing is hidden.
 
@@ -112,6 +115,13 @@ def _split(type_spec, multiplier: int = 1) -> tuple[int, int]:
   return payload, overhead
 
 
+def _is_metrics(type_spec) -> bool:
+  if not isinstance(type_spec, tff.StructType):
+    return False
+  names = [name for name, _ in tff.structure.iter_elements(type_spec)]
+  return 'num_examples' in names
+
+
 def _first_client_operand(parameter_type):
   """The client-placed part of an intrinsic's parameter."""
   if isinstance(parameter_type, tff.FederatedType):
@@ -154,6 +164,8 @@ def client_bytes(computation: Any) -> ClientBytes:
       operand = _first_client_operand(fn_type.parameter)
       if operand is not None:
         p, o = _split(operand)
+        if _is_metrics(operand.member):
+          p, o = 0, p + o
         totals['up'] += p
         totals['uo'] += o
 

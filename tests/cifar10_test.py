@@ -1,0 +1,116 @@
+"""Tests of the CIFAR-10 ResNet-18-GN task (tasks/cifar10.py) on the JPEG sample."""
+
+import os
+
+import numpy as np
+import tensorflow as tf
+
+from tasks import cifar10
+from tasks import registry
+from tests import task_testing
+from tests import testing_utils
+
+
+def _jpeg_task(**hparams):
+  kwargs = dict(num_clients=10, examples_per_client=100, alpha=1.0, width=8)
+  kwargs.update(hparams)
+  return registry.create_task(
+      'cifar10_resnet18',
+      train_client_spec=testing_utils.client_spec(batch_size=20),
+      data_source='jpeg',
+      data_dir=testing_utils.shared_data(testing_utils.CIFAR10_JPG),
+      cache_dir=testing_utils.cache_dir(),
+      seed=0,
+      **kwargs)
+
+
+class ResNetTest(tf.test.TestCase):
+
+  def test_param_count_width64(self):
+    # By hand, 3x3 convs without bias, GroupNorm gamma+beta per channel:
+    #   stem 3*3*3*64 + 2*64                                  =     1,856
+    #   stage1 4*(3*3*64*64) + 4*2*64                         =   147,968
+    #   stage2 9*64*128 + 3*9*128*128 + 64*128 + 5*2*128      =   525,568
+    #   stage3 9*128*256 + 3*9*256*256 + 128*256 + 5*2*256    = 2,099,712
+    #   stage4 9*256*512 + 3*9*512*512 + 256*512 + 5*2*512    = 8,393,728
+    #   dense 512*10 + 10                                     =     5,130
+    model = cifar10.create_resnet18_gn(width=64)
+    self.assertEqual(task_testing.param_count(model), 11_173_962)
+
+  def test_layer_names_for_freezing(self):
+    model = cifar10.create_resnet18_gn(width=8)
+    names = [layer.name for layer in model.layers]
+    convs = [n for n in names if n.startswith('block') and '_conv' in n
+             and 'shortcut' not in n]
+    self.assertEqual(convs, cifar10.block_conv_names())
+    self.assertLen(convs, 16)
+    self.assertEqual([n for n in names if 'shortcut_conv' in n],
+                     ['block2a_shortcut_conv', 'block3a_shortcut_conv', 'block4a_shortcut_conv'])
+    self.assertLen([n for n in names if '_gn' in n], 20)
+
+
+class Cifar10TaskTest(tf.test.TestCase):
+
+  def test_builds_from_jpeg_archive_with_dirichlet_clients(self):
+    task = _jpeg_task()
+    self.assertEqual(task.data_source, 'jpeg')
+    self.assertEqual(task.population, 10)
+    self.assertEqual(task.num_test_clients, 100)  # 10,000 test images / 100
+    sizes = [len(list(task.train_data.create_tf_dataset_for_client(c)))
+             for c in task.train_data.client_ids[:3]]
+    self.assertEqual(sizes, [100, 100, 100])
+    x, y = next(iter(task.baseline.datasets.train_preprocess_fn(
+        task.train_data.create_tf_dataset_for_client(task.train_data.client_ids[0]))))
+    self.assertEqual(x.shape, (20, 24, 24, 3))
+    self.assertAllInRange(y, 0, 9)
+    # Per-channel normalization with the training statistics: about zero mean.
+    self.assertLess(abs(float(tf.reduce_mean(x))), 0.5)
+
+  def test_split_reproducible_by_seed(self):
+    a = _jpeg_task(num_clients=5)
+    b = _jpeg_task(num_clients=5)
+    cid = a.train_data.client_ids[3]
+    la = [int(e['label']) for e in a.train_data.create_tf_dataset_for_client(cid)]
+    lb = [int(e['label']) for e in b.train_data.create_tf_dataset_for_client(cid)]
+    self.assertEqual(la, lb)
+
+  def test_bad_flags(self):
+    with self.assertRaisesRegex(registry.TaskError, '--cifar10_num_clients'):
+      _jpeg_task(num_clients=1000, examples_per_client=100)
+    with self.assertRaisesRegex(registry.TaskError, '--data_dir'):
+      registry.create_task('cifar10_resnet18',
+                           train_client_spec=testing_utils.client_spec(),
+                           data_source='jpeg')
+
+  def test_auto_offline_says_how_to_point_at_local_data(self):
+    if os.path.exists(os.path.expanduser('~/.keras/datasets/cifar-10-batches-py')):
+      self.skipTest("Keras' CIFAR-10 is cached here")
+    with self.assertRaisesRegex(registry.TaskError, '--data_source=jpeg --data_dir='):
+      registry.create_task('cifar10_resnet18', train_client_spec=testing_utils.client_spec(),
+                           data_source='auto', width=8, num_clients=2)
+
+  def test_fedavg_learns_on_jpeg_sample(self):
+    # A short FedAvg run on real CIFAR-10 images: 10 clients x 100 examples
+    # (Dirichlet alpha=1), width 8, 5 clients per round, 2 local epochs.
+    task = registry.create_task(
+        'cifar10_resnet18',
+        train_client_spec=testing_utils.client_spec(epochs=2, batch_size=20),
+        data_source='jpeg',
+        data_dir=testing_utils.shared_data(testing_utils.CIFAR10_JPG),
+        cache_dir=testing_utils.cache_dir(),
+        seed=0, num_clients=10, examples_per_client=100, alpha=1.0, width=8)
+    test = task.centralized_test_dataset().take(8)  # 1,024 test images
+    process, state, history = task_testing.run_fedavg(
+        task, num_rounds=8, clients_per_round=5, client_lr=0.05)
+    initial = task_testing.keras_evaluate(task, process, process.initialize(), test)
+    final = task_testing.keras_evaluate(task, process, state, test)
+    print('cifar10 train loss by round',
+          [round(float(h['loss']), 3) for h in history])
+    print('cifar10 test initial', initial, 'final', final)
+    self.assertLess(history[-1]['loss'], history[0]['loss'])
+    self.assertLess(final['loss'], initial['loss'])
+    self.assertGreater(final['accuracy'], 0.15)  # chance: 0.10
+
+
+if __name__ == '__main__':
+  tf.test.main()

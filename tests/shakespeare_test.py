@@ -1,0 +1,105 @@
+"""Tests of the Shakespeare char and word tasks (tasks/shakespeare.py)."""
+
+import tempfile
+
+import numpy as np
+import tensorflow as tf
+
+from tasks import registry
+from tasks import shakespeare
+from tests import task_testing
+from tests import testing_utils
+
+
+def _h5_task(name, epochs=1, batch_size=8, max_elements=None, **hparams):
+  return registry.create_task(
+      name,
+      train_client_spec=testing_utils.client_spec(epochs, batch_size, max_elements),
+      data_source='h5',
+      data_dir=testing_utils.shared_data(testing_utils.SHAKESPEARE_H5),
+      cache_dir=testing_utils.cache_dir(),
+      **hparams)
+
+
+class LoadTest(tf.test.TestCase):
+
+  def test_h5_archive_has_715_roles(self):
+    train, test = shakespeare.load_h5_shakespeare(
+        testing_utils.shared_data(testing_utils.SHAKESPEARE_H5), testing_utils.cache_dir())
+    self.assertLen(train.client_ids, 715)
+    self.assertLen(test.client_ids, 715)
+    sizes = [len(train._arrays[c]['snippets']) for c in train.client_ids]  # pylint: disable=protected-access
+    self.assertEqual(sum(sizes), 16_068)  # TFF's documented train size
+    first = next(iter(train.create_tf_dataset_for_client(train.client_ids[0])))
+    self.assertEqual(list(first), ['snippets'])
+    self.assertEqual(first['snippets'].dtype, tf.string)
+
+  def test_auto_without_data_is_a_clear_error(self):
+    with self.assertRaisesRegex(registry.TaskError, '--data_source=h5 --data_dir'):
+      registry.create_task('shakespeare_char', train_client_spec=testing_utils.client_spec(),
+                           cache_dir=tempfile.mkdtemp())
+
+  def test_sentences_and_vocab(self):
+    sentences = shakespeare.snippet_to_sentences(tf.constant(
+        "O'er the hills! Who's there?\nNay, answer me: stand."))
+    self.assertAllEqual(sentences, [b'oer the hills', b'whos there', b'nay answer me', b'stand'])
+
+
+class CharTaskTest(tf.test.TestCase):
+
+  def test_model_names_and_one_round(self):
+    task = _h5_task('shakespeare_char', max_elements=4, units=16, num_layers=2)
+    self.assertEqual(task.data_source, 'h5')
+    self.assertEqual(task.population, 715)
+    self.assertEqual(task.num_test_clients, 715)
+    model = task.keras_model_fn()
+    self.assertEqual([l.name for l in model.layers], ['embedding', 'lstm1', 'lstm2', 'output'])
+    # Default model = TFF's baseline (embedding 8, 2 x LSTM 256, dense 90):
+    #   90*8 + 4*256*(8+256+1) + 4*256*(256+256+1) + 257*90 = 820,522
+    self.assertEqual(task_testing.param_count(shakespeare.create_char_model()), 820_522)
+    _, _, history = task_testing.run_fedavg(task, num_rounds=1, clients_per_round=2)
+    self.assertGreater(history[0]['num_examples'], 0)
+
+  def test_fedavg_learns_on_h5(self):
+    # A short FedAvg run on real Shakespeare roles: chance is 1/86 characters.
+    task = _h5_task('shakespeare_char', epochs=1, batch_size=8, max_elements=40,
+                    units=64, num_layers=1)
+    test = task.centralized_test_dataset().take(8)
+    process, state, history = task_testing.run_fedavg(
+        task, num_rounds=10, clients_per_round=5, client_lr=1.0)
+    initial = task_testing.keras_evaluate(task, process, process.initialize(), test)
+    final = task_testing.keras_evaluate(task, process, state, test)
+    print('shakespeare_char train loss by round',
+          [round(float(h['loss']), 3) for h in history])
+    print('shakespeare_char test initial', initial, 'final', final)
+    self.assertLess(final['loss'], initial['loss'] - 0.5)
+    self.assertGreater(final['accuracy'], 0.12)  # "space" alone is ~0.17
+
+
+class WordTaskTest(tf.test.TestCase):
+
+  def test_vocab_tokens_and_one_round(self):
+    task = _h5_task('shakespeare_word', max_elements=8, vocab_size=100, units=16,
+                    embedding_dim=8)
+    model = task.keras_model_fn()
+    self.assertEqual([l.name for l in model.layers], ['embedding', 'lstm1', 'output'])
+    self.assertEqual(model.get_layer('embedding').input_dim, 104)  # + pad/OOV/BOS/EOS
+    x, y = next(iter(task.baseline.datasets.train_preprocess_fn(
+        task.train_data.create_tf_dataset_for_client(task.train_data.client_ids[1]))))
+    self.assertEqual(x.shape[1], 20)
+    self.assertAllEqual(x[:, 0], np.full(x.shape[0], 102))  # BOS first
+    self.assertAllEqual(x[:, 1:], y[:, :-1])  # targets are shifted inputs
+    _, _, history = task_testing.run_fedavg(task, num_rounds=1, clients_per_round=2)
+    self.assertGreater(history[0]['num_examples'], 0)
+
+  def test_vocab_is_most_frequent_words(self):
+    train, _ = shakespeare.load_h5_shakespeare(
+        testing_utils.shared_data(testing_utils.SHAKESPEARE_H5), testing_utils.cache_dir())
+    vocab = shakespeare.build_word_vocab(train, 10)
+    self.assertLen(vocab, 10)
+    self.assertIn('the', vocab)
+    self.assertIn('and', vocab)
+
+
+if __name__ == '__main__':
+  tf.test.main()
