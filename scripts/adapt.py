@@ -251,8 +251,12 @@ def run(output_dir: str) -> dict:
         f'--reuse_local_from={_REUSE_LOCAL_FROM.value!r} lacks participants '
         f'{sorted(set(ids) - set(reused))[:5]}...; use the same --num_participants and --seed')
   for index, client_id in enumerate(_progress(ids)):
-    data = evaluation.participant_data(
-        task, client_id, split=_SPLIT.value, test_fraction=_TEST_FRACTION.value)
+    try:
+      data = evaluation.participant_data(
+          task, client_id, split=_SPLIT.value, test_fraction=_TEST_FRACTION.value)
+    except ValueError as e:  # e.g. no examples: reported, not fatal
+      logging.warning('skipping participant %s: %s', client_id, e)
+      continue
     rows.append(evaluator.evaluate(
         data, participant_index=index,
         local_accuracy=None if reused is None else reused[client_id]))
