@@ -21,6 +21,7 @@ from absl import logging
 
 from scripts import flag_groups
 from scripts import methods
+from scripts import runtime_flags
 from scripts.methods import aggregators
 from tasks import registry
 from tff_partial.training import loop
@@ -97,6 +98,7 @@ def main(argv):
     _fail(f'unexpected arguments: {" ".join(argv[1:])}')
   try:
     _validate_common()
+    runtime_flags.configure_from_flags()
     task = flag_groups.create_task()
     if flag_groups.CLIENTS_PER_ROUND.value > task.population:
       raise flag_groups.FlagError(
@@ -134,6 +136,8 @@ def main(argv):
     )
   except loop.RunConfigMismatchError as e:
     _fail(str(e))
+  except runtime_flags.runtime.WorkerError as e:
+    _fail(f'{e} (the run can be resumed from its last checkpoint: rerun with the same flags)')
   print(json.dumps({'final_eval': result.final_eval, 'output_dir': output_dir}, sort_keys=True))
 
 

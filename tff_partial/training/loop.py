@@ -37,7 +37,8 @@ _WEIGHTS_FILE = 'model_weights.npz'
 # Flags that may change between a run and its resumption without changing
 # what is computed.
 RESUMABLE_FLAG_CHANGES = frozenset(
-    {'total_rounds', 'rounds_per_eval', 'rounds_per_checkpoint', 'workers'})
+    {'total_rounds', 'rounds_per_eval', 'rounds_per_checkpoint', 'workers',
+     'worker_rpc_timeout_s'})
 
 
 class RunConfigMismatchError(ValueError):

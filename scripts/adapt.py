@@ -1,0 +1,298 @@
+r"""Local adaptation judged per participant (Yu, Bagdasaryan, Shmatikov 2020).
+
+Takes the federated model of a `scripts.train` run (any algorithm and
+aggregator: `<run_dir>/model_weights.npz` and `<run_dir>/flags.json`) and, for
+each of N participants, measures on the participant's held-out data the
+accuracy of the federated model, of a model the participant trains alone from
+scratch, and of the federated model adapted to the participant by fine-tuning,
+freeze-base, EWC and knowledge distillation (`tff_partial.adaptation`).
+
+  python -m scripts.adapt --run_dir=/tmp/tff_partial/femnist_fedavg \
+      --num_participants=40 --local_epochs=20 --adapt_epochs=5
+
+With `--train_if_missing`, a run directory without `model_weights.npz` is
+first trained, exactly as `scripts.train` would (its `--algorithm`,
+`--aggregator`, method and training flags, its builder and the shared loop
+`tff_partial.training.loop.run_training`), writing flags.json beside it.
+
+Writes `<results_dir>/participants.csv` (one row per participant),
+`<results_dir>/summary.json`, and prints the summary table; plot with
+`python -m scripts.plot --csv=<results_dir>/participants.csv`.
+"""
+
+import json
+import os
+import random
+import sys
+
+from absl import app
+from absl import flags
+from absl import logging
+import numpy as np
+
+from scripts import flag_groups
+# scripts.train's flags (--algorithm, method and --aggregator flags) and its
+# method builder serve --train_if_missing.
+from scripts import train
+from tasks import registry
+from tff_partial.adaptation import evaluation
+from tff_partial.adaptation import strategies
+from tff_partial.adaptation import summary as summary_lib
+
+_RUN_DIR = flags.DEFINE_string(
+    'run_dir', None, 'Directory of a scripts.train run (model_weights.npz, flags.json).')
+_RESULTS_DIR = flags.DEFINE_string(
+    'results_dir', None, 'Where to write the results; default <run_dir>/adaptation.')
+_TRAIN_IF_MISSING = flags.DEFINE_bool(
+    'train_if_missing', False,
+    'Train a FedAvg model into --run_dir first when it has no model_weights.npz.')
+_NUM_PARTICIPANTS = flags.DEFINE_integer(
+    'num_participants', -1,
+    'Participants to evaluate, sampled with --seed from the training clients (-1: all).')
+_STRATEGIES = flags.DEFINE_list(
+    'strategies', list(strategies.ADAPTATION_STRATEGIES),
+    'Adaptation strategies: ' + ', '.join(strategies.ADAPTATION_STRATEGIES))
+_LOCAL_EPOCHS = flags.DEFINE_integer('local_epochs', 50, 'Epochs of the from-scratch local model.')
+_LOCAL_LR = flags.DEFINE_float('local_learning_rate', 0.1, 'SGD learning rate of the local model.')
+_ADAPT_EPOCHS = flags.DEFINE_integer('adapt_epochs', 5, 'Epochs of every adaptation strategy.')
+_ADAPT_LR = flags.DEFINE_float('adapt_learning_rate', 0.01, 'SGD learning rate of adaptation.')
+_ADAPT_BATCH_SIZE = flags.DEFINE_integer('adapt_batch_size', 20, 'Batch size of local and adaptation training.')
+_ADAPT_MOMENTUM = flags.DEFINE_float('adapt_momentum', 0.0, 'SGD momentum of local and adaptation training.')
+_EWC_LAMBDA = flags.DEFINE_float('ewc_lambda', 1000.0, 'EWC penalty weight lambda.')
+_FISHER_BATCH_SIZE = flags.DEFINE_integer(
+    'fisher_batch_size', 1, 'Batch size of the empirical Fisher (1: per-example gradients).')
+_FISHER_MAX_EXAMPLES = flags.DEFINE_integer(
+    'fisher_max_examples', 500, 'At most this many examples for the Fisher (-1: all).')
+_KD_ALPHA = flags.DEFINE_float('kd_alpha', 0.5, 'Knowledge distillation weight alpha of the KL term.')
+_KD_TEMPERATURE = flags.DEFINE_float('kd_temperature', 2.0, 'Knowledge distillation temperature T.')
+_REUSE_LOCAL_FROM = flags.DEFINE_string(
+    'reuse_local_from', None,
+    'participants.csv of an earlier scripts.adapt run on the same task, '
+    'participants and local-training flags: take its local (from-scratch) '
+    'accuracies instead of training the local models again (they do not depend '
+    'on the federated model).')
+_SPLIT = flags.DEFINE_enum(
+    'split', 'auto', evaluation.SPLITS,
+    "Participants' held-out data: their test split, the last --test_fraction of "
+    'their examples in order, or auto (test split when the task has one).')
+_TEST_FRACTION = flags.DEFINE_float('test_fraction', 0.2, 'Held-out share for --split=in_order.')
+
+_OWN_FLAGS = (
+    _RUN_DIR, _RESULTS_DIR, _TRAIN_IF_MISSING, _NUM_PARTICIPANTS, _STRATEGIES,
+    _LOCAL_EPOCHS, _LOCAL_LR, _ADAPT_EPOCHS, _ADAPT_LR, _ADAPT_BATCH_SIZE,
+    _ADAPT_MOMENTUM, _EWC_LAMBDA, _FISHER_BATCH_SIZE, _FISHER_MAX_EXAMPLES,
+    _KD_ALPHA, _KD_TEMPERATURE, _REUSE_LOCAL_FROM, _SPLIT, _TEST_FRACTION)
+
+# Flags a run's flags.json sets here (task and data), unless given explicitly.
+_RUN_FLAGS = ('task', 'data_source', 'data_dir', 'cache_dir')
+
+
+def _load_run_flags(run_dir: str) -> dict:
+  path = os.path.join(run_dir, 'flags.json')
+  if not os.path.exists(path):
+    return {}
+  with open(path) as f:
+    saved = json.load(f)
+  if isinstance(saved, dict) and isinstance(saved.get('flags'), dict):
+    saved = saved['flags']
+  if not isinstance(saved, dict):
+    raise flag_groups.FlagError(f'--run_dir: {path} is not a JSON object of flags')
+  return saved
+
+
+def _apply_run_flags(saved: dict) -> None:
+  """Takes task/data flags (and the task's hparam flags) from the run."""
+  names = list(_RUN_FLAGS)
+  task = saved.get('task', flags.FLAGS.task)
+  try:
+    prefix = registry.get_spec(task).flag_prefix
+  except registry.TaskError as e:
+    raise flag_groups.FlagError(f'--run_dir flags.json: {e}') from e
+  names += [n for n in saved if n.startswith(prefix + '_') and n in flags.FLAGS]
+  for name in names:
+    if name not in saved:
+      continue
+    flag = flags.FLAGS[name]
+    explicit = flag.present or not flag.using_default_value
+    if explicit and flag.value != saved[name]:
+      raise flag_groups.FlagError(
+          f'--{name}={flag.value!r} contradicts the run, which used '
+          f'{name}={saved[name]!r} (drop --{name} or pick another --run_dir)')
+    if not explicit:
+      setattr(flags.FLAGS, name, saved[name])
+
+
+def _train(task, run_dir: str) -> None:
+  """Trains into run_dir with scripts.train's method/aggregator flags and loop."""
+  # pylint: disable=g-import-not-at-top
+  from scripts import methods
+  from scripts.methods import aggregators
+  from tff_partial.training import loop
+  algorithm = flags.FLAGS.algorithm
+  for holder in (flag_groups.TOTAL_ROUNDS, flag_groups.CLIENTS_PER_ROUND,
+                 flag_groups.ROUNDS_PER_EVAL, flag_groups.ROUNDS_PER_CHECKPOINT):
+    flag_groups.check_positive(holder)
+  methods.method_module(algorithm).validate_flags()
+  aggregators.validate_flags(algorithm)
+  built, choice = train.build(task)
+  own = {holder.name for holder in _OWN_FLAGS}
+  run_flags = {k: v for k, v in train.run_flags().items() if k not in own}
+  loop.run_training(
+      task, built, total_rounds=flag_groups.TOTAL_ROUNDS.value,
+      clients_per_round=flag_groups.CLIENTS_PER_ROUND.value,
+      seed=flag_groups.SEED.value, output_dir=run_dir,
+      rounds_per_eval=flag_groups.ROUNDS_PER_EVAL.value,
+      rounds_per_checkpoint=flag_groups.ROUNDS_PER_CHECKPOINT.value,
+      epsilon_fn=choice.epsilon_fn, run_flags=run_flags)
+
+
+def load_weights(path: str) -> list:
+  """Keras `get_weights()` list from an npz of arr_0..arr_N."""
+  with np.load(path) as npz:
+    keys = sorted(npz.files, key=lambda k: int(k.split('_')[-1]))
+    return [npz[k] for k in keys]
+
+
+def _participants(task, num: int, seed: int) -> list:
+  ids = sorted(task.train_data.client_ids)
+  if num is not None and 0 < num < len(ids):
+    ids = sorted(random.Random(seed).sample(ids, num))
+  return ids
+
+
+# Flags the local models depend on; --reuse_local_from checks they match.
+_LOCAL_FLAGS = ('task', 'local_epochs', 'local_learning_rate', 'adapt_batch_size',
+                'adapt_momentum', 'split', 'test_fraction', 'seed')
+
+
+def _reused_local(path: str) -> dict:
+  """participant -> local accuracy from an earlier run's CSV (validated)."""
+  if not os.path.exists(path):
+    raise flag_groups.FlagError(f'--reuse_local_from={path!r} does not exist')
+  summary_path = os.path.join(os.path.dirname(path), 'summary.json')
+  if os.path.exists(summary_path):
+    with open(summary_path) as f:
+      earlier = json.load(f)
+    config = dict(earlier.get('config', {}), task=earlier.get('run', {}).get('task'))
+    for name in _LOCAL_FLAGS:
+      if name in config and config[name] != flags.FLAGS[name].value:
+        raise flag_groups.FlagError(
+            f'--reuse_local_from={path!r} was made with {name}={config[name]!r}, '
+            f'this run has --{name}={flags.FLAGS[name].value!r}')
+  rows, _ = summary_lib.read_csv(path)
+  return {r['participant']: r['local'] for r in rows}
+
+
+def _progress(items):
+  try:
+    import tqdm  # pylint: disable=g-import-not-at-top
+    return tqdm.tqdm(items, desc='participants', unit='participant')
+  except ImportError:
+    return items
+
+
+def run(output_dir: str) -> dict:
+  """Evaluates the participants; returns the summary (also written to disk)."""
+  run_dir = _RUN_DIR.value
+  if not run_dir:
+    raise flag_groups.FlagError('--run_dir is required (a scripts.train output directory)')
+  strategy_names = [s.strip() for s in _STRATEGIES.value if s.strip()]
+  unknown = [s for s in strategy_names if s not in strategies.ADAPTATION_STRATEGIES]
+  if unknown or not strategy_names:
+    raise flag_groups.FlagError(
+        f'--strategies={",".join(_STRATEGIES.value)}: give one or more of '
+        + ', '.join(strategies.ADAPTATION_STRATEGIES))
+  if _NUM_PARTICIPANTS.value == 0 or _NUM_PARTICIPANTS.value < -1:
+    raise flag_groups.FlagError(
+        f'--num_participants={_NUM_PARTICIPANTS.value} must be positive or -1 (all)')
+  saved = _load_run_flags(run_dir)
+  _apply_run_flags(saved)
+  task = flag_groups.create_task()
+  weights_path = os.path.join(run_dir, 'model_weights.npz')
+  if not os.path.exists(weights_path):
+    if not _TRAIN_IF_MISSING.value:
+      raise flag_groups.FlagError(
+          f'--run_dir={run_dir!r} has no model_weights.npz; pass the directory '
+          'of a finished scripts.train run, or add --train_if_missing')
+    _train(task, run_dir)
+    saved = _load_run_flags(run_dir) or saved
+  federated_weights = load_weights(weights_path)
+
+  def config(epochs, lr):
+    return strategies.TrainConfig(
+        epochs=epochs, learning_rate=lr, batch_size=_ADAPT_BATCH_SIZE.value,
+        momentum=_ADAPT_MOMENTUM.value)
+
+  try:
+    evaluator = evaluation.ParticipantEvaluator(
+        task, federated_weights,
+        local_config=config(_LOCAL_EPOCHS.value, _LOCAL_LR.value),
+        adapt_config=config(_ADAPT_EPOCHS.value, _ADAPT_LR.value),
+        strategy_config=strategies.StrategyConfig(
+            ewc_lambda=_EWC_LAMBDA.value, kd_alpha=_KD_ALPHA.value,
+            kd_temperature=_KD_TEMPERATURE.value),
+        strategy_names=strategy_names,
+        fisher_batch_size=_FISHER_BATCH_SIZE.value,
+        fisher_max_examples=(None if _FISHER_MAX_EXAMPLES.value < 0
+                             else _FISHER_MAX_EXAMPLES.value),
+        seed=flag_groups.SEED.value)
+  except ValueError as e:
+    raise flag_groups.FlagError(str(e)) from e
+
+  os.makedirs(output_dir, exist_ok=True)
+  ids = _participants(task, _NUM_PARTICIPANTS.value, flag_groups.SEED.value)
+  logging.info('Adapting %s (%s) on %d participants of %s',
+               run_dir, saved.get('aggregator', 'mean'), len(ids), task.name)
+  rows = []
+  csv_path = os.path.join(output_dir, 'participants.csv')
+  reused = _reused_local(_REUSE_LOCAL_FROM.value) if _REUSE_LOCAL_FROM.value else None
+  if reused is not None and set(ids) - set(reused):
+    raise flag_groups.FlagError(
+        f'--reuse_local_from={_REUSE_LOCAL_FROM.value!r} lacks participants '
+        f'{sorted(set(ids) - set(reused))[:5]}...; use the same --num_participants and --seed')
+  for index, client_id in enumerate(_progress(ids)):
+    try:
+      data = evaluation.participant_data(
+          task, client_id, split=_SPLIT.value, test_fraction=_TEST_FRACTION.value)
+    except ValueError as e:  # e.g. no examples: reported, not fatal
+      logging.warning('skipping participant %s: %s', client_id, e)
+      continue
+    rows.append(evaluator.evaluate(
+        data, participant_index=index,
+        local_accuracy=None if reused is None else reused[client_id]))
+    summary_lib.write_csv(csv_path, rows, evaluator.columns)  # partial results survive
+  result = summary_lib.summarize(rows, strategy_names)
+  result['run'] = {
+      'run_dir': os.path.abspath(run_dir),
+      'task': task.name,
+      'data_source': task.data_source,
+      'algorithm': saved.get('algorithm', 'fedavg'),
+      'aggregator': saved.get('aggregator', 'mean'),
+      'noise_multiplier': saved.get('noise_multiplier'),
+  }
+  result['config'] = {
+      name: flags.FLAGS[name].value for name in (
+          'local_epochs', 'local_learning_rate', 'adapt_epochs',
+          'adapt_learning_rate', 'adapt_batch_size', 'adapt_momentum',
+          'ewc_lambda', 'fisher_batch_size', 'fisher_max_examples', 'kd_alpha',
+          'kd_temperature', 'split', 'test_fraction', 'seed', 'reuse_local_from')}
+  with open(os.path.join(output_dir, 'summary.json'), 'w') as f:
+    json.dump(result, f, indent=2)
+  return result
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
+  output_dir = _RESULTS_DIR.value or os.path.join(_RUN_DIR.value or '.', 'adaptation')
+  try:
+    result = run(output_dir)
+  except (flag_groups.FlagError, registry.TaskError) as e:
+    print(f'error: {e}', file=sys.stderr)
+    sys.exit(2)
+  print(summary_lib.format_table(result))
+  print(f'wrote {os.path.join(output_dir, "participants.csv")} and summary.json')
+
+
+if __name__ == '__main__':
+  app.run(main)

@@ -1,0 +1,127 @@
+"""Smoke tests of scripts.adapt on synthetic EMNIST (a fake run directory)."""
+
+import csv
+import json
+import os
+import shutil
+import tempfile
+
+from absl import flags
+from absl.testing import flagsaver
+import numpy as np
+import tensorflow as tf
+
+from scripts import adapt
+from tasks import emnist
+
+FLAGS = flags.FLAGS
+
+
+def _write_run(run_dir: str, task: str = 'emnist_cnn') -> None:
+  """A fake scripts.train run: seeded initial weights + flags.json."""
+  os.makedirs(run_dir, exist_ok=True)
+  tf.keras.utils.set_random_seed(0)
+  weights = emnist.create_cnn().get_weights()
+  np.savez(os.path.join(run_dir, 'model_weights.npz'), *weights)
+  with open(os.path.join(run_dir, 'flags.json'), 'w') as f:
+    json.dump({'task': task, 'data_source': 'synthetic', 'data_dir': None,
+               'algorithm': 'fedavg', 'aggregator': 'mean'}, f)
+
+
+class AdaptMainTest(tf.test.TestCase):
+
+  def setUp(self):
+    super().setUp()
+    if not FLAGS.is_parsed():
+      FLAGS.mark_as_parsed()
+    self.dir = tempfile.mkdtemp()
+    self.addCleanup(shutil.rmtree, self.dir, ignore_errors=True)
+    self.run_dir = os.path.join(self.dir, 'run')
+    _write_run(self.run_dir)
+
+  def test_main_on_two_synthetic_participants(self):
+    out = os.path.join(self.dir, 'out')
+    with flagsaver.flagsaver(
+        run_dir=self.run_dir, results_dir=out, num_participants=2,
+        local_epochs=1, adapt_epochs=1, adapt_batch_size=4,
+        fisher_max_examples=3, seed=1):
+      adapt.main(['adapt'])
+      # The run's flags.json chose the task and the data.
+      self.assertEqual(FLAGS.data_source, 'synthetic')
+    with open(os.path.join(out, 'participants.csv')) as f:
+      rows = list(csv.DictReader(f))
+    self.assertEqual([r['participant'] for r in rows], ['synthetic1', 'synthetic2'])
+    self.assertEqual(
+        list(rows[0]), ['participant', 'split', 'num_train', 'num_test',
+                        'federated', 'local', 'finetune', 'freeze_base', 'ewc',
+                        'distill'])
+    for r in rows:
+      # Synthetic EMNIST has no separate test data: 10 examples split in order.
+      self.assertEqual((r['split'], r['num_train'], r['num_test']), ('in_order', '8', '2'))
+      for column in ('federated', 'local', 'finetune', 'freeze_base', 'ewc', 'distill'):
+        self.assertBetween(float(r[column]), 0.0, 1.0)
+    with open(os.path.join(out, 'summary.json')) as f:
+      result = json.load(f)
+    self.assertEqual(result['num_participants'], 2)
+    self.assertEqual(result['run']['task'], 'emnist_cnn')
+    self.assertEqual(result['config']['adapt_epochs'], 1)
+    self.assertEqual(set(result['best_strategy_counts']),
+                     {'finetune', 'freeze_base', 'ewc', 'distill'})
+    self.assertEqual(sum(result['best_strategy_counts'].values()), 2)
+
+    # A second run reuses the local accuracies instead of retraining them.
+    again = os.path.join(self.dir, 'again')
+    with flagsaver.flagsaver(
+        run_dir=self.run_dir, results_dir=again, num_participants=2,
+        local_epochs=1, adapt_epochs=1, adapt_batch_size=4, seed=1,
+        strategies=['freeze_base'],
+        reuse_local_from=os.path.join(out, 'participants.csv')):
+      adapt.main(['adapt'])
+    with open(os.path.join(again, 'participants.csv')) as f:
+      rows_again = list(csv.DictReader(f))
+    self.assertEqual([r['local'] for r in rows_again], [r['local'] for r in rows])
+    self.assertEqual([r['federated'] for r in rows_again], [r['federated'] for r in rows])
+    with flagsaver.flagsaver(
+        run_dir=self.run_dir, results_dir=again, num_participants=2,
+        local_epochs=2, seed=1,
+        reuse_local_from=os.path.join(out, 'participants.csv')):
+      with self.assertRaisesRegex(ValueError, 'local_epochs=1'):
+        adapt.run(again)
+
+
+  def test_train_if_missing_trains_then_adapts(self):
+    run_dir = os.path.join(self.dir, 'trained')
+    out = os.path.join(self.dir, 'trained_out')
+    with flagsaver.flagsaver(
+        run_dir=run_dir, results_dir=out, train_if_missing=True,
+        task='emnist_2nn', data_source='synthetic', total_rounds=1,
+        clients_per_round=2, rounds_per_checkpoint=1, client_batch_size=5,
+        local_epochs=1, adapt_epochs=1, strategies=['finetune']):
+      adapt.main(['adapt'])
+    with open(os.path.join(run_dir, 'flags.json')) as f:
+      saved = json.load(f)
+    self.assertEqual((saved['task'], saved['algorithm']), ('emnist_2nn', 'fedavg'))
+    self.assertNotIn('local_epochs', saved)  # adapt's own flags are not the run's
+    self.assertTrue(os.path.exists(os.path.join(run_dir, 'model_weights.npz')))
+    with open(os.path.join(out, 'summary.json')) as f:
+      self.assertEqual(json.load(f)['num_participants'], 2)
+
+  def test_bad_flags_raise_clear_errors(self):
+    with flagsaver.flagsaver(run_dir=self.run_dir, task='emnist_2nn'):
+      with self.assertRaisesRegex(ValueError, '--task=.*contradicts the run'):
+        adapt.run(os.path.join(self.dir, 'x'))
+    with flagsaver.flagsaver(run_dir=self.run_dir, strategies=['finetune', 'magic']):
+      with self.assertRaisesRegex(ValueError, '--strategies'):
+        adapt.run(os.path.join(self.dir, 'x'))
+    empty = os.path.join(self.dir, 'empty')
+    os.makedirs(empty)
+    with flagsaver.flagsaver(run_dir=empty, data_source='synthetic'):
+      with self.assertRaisesRegex(ValueError, 'no model_weights.npz'):
+        adapt.run(os.path.join(self.dir, 'x'))
+    with flagsaver.flagsaver(run_dir=None):
+      with self.assertRaisesRegex(ValueError, '--run_dir is required'):
+        adapt.run(os.path.join(self.dir, 'x'))
+
+
+if __name__ == '__main__':
+  tf.test.main()
