@@ -135,8 +135,6 @@ _KERAS = flags.DEFINE_bool(
 _MEMORY = flags.DEFINE_bool(
     'benchmark_memory', True, 'Measure client peak extra training memory.')
 _EVAL = flags.DEFINE_bool('benchmark_eval', True, 'Evaluate accuracy after the rounds.')
-_OUTPUT_DIR = flags.DEFINE_string(
-    'output_dir', None, 'Where benchmark.json and benchmark.md are written.')
 
 
 class Skip(Exception):
@@ -725,7 +723,7 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
   try:
-    report = run(_OUTPUT_DIR.value)
+    report = run(flag_groups.OUTPUT_DIR.value)
   except (flag_groups.FlagError, ValueError) as e:
     sys.exit(f'error: {e}')
   print(markdown(report))

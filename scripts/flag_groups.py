@@ -114,6 +114,10 @@ SEED = flags.DEFINE_integer(
 ROOT_OUTPUT_DIR = flags.DEFINE_string('root_output_dir', '/tmp/tff_partial', 'Root of run outputs.')
 EXPERIMENT_NAME = flags.DEFINE_string('experiment_name', None, 'Run name; outputs go to <root_output_dir>/<experiment_name>/.')
 ROUNDS_PER_EVAL = flags.DEFINE_integer('rounds_per_eval', 1, 'Evaluate on the test clients every this many rounds.')
+OUTPUT_DIR = flags.DEFINE_string(
+    'output_dir', None,
+    'Where a reporting binary writes its results (scripts.benchmark: '
+    'benchmark.json/.md; scripts.plot: PNGs, default the CSV folder).')
 ROUNDS_PER_CHECKPOINT = flags.DEFINE_integer('rounds_per_checkpoint', 10, 'Checkpoint every this many rounds.')
 
 

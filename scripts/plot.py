@@ -18,6 +18,8 @@ import os
 
 from absl import app
 from absl import flags
+
+from scripts import flag_groups
 import matplotlib
 
 matplotlib.use('Agg')
@@ -26,11 +28,6 @@ import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
 from tff_partial.adaptation import summary as summary_lib
 
 _CSV = flags.DEFINE_string('csv', None, 'participants.csv written by scripts.adapt.')
-# scripts.benchmark defines --output_dir too (same meaning: where a binary
-# writes); share its definition when it is already loaded in this process
-# (e.g. pytest collecting both tests), so neither import fails.
-if 'output_dir' not in flags.FLAGS:
-  flags.DEFINE_string('output_dir', None, 'Where to write outputs (scripts.plot: PNGs; default: the CSV folder).')
 _TITLE = flags.DEFINE_string('plot_title', '', 'Title prefix, e.g. "FEMNIST, DP-FedAvg".')
 
 _COLORS = {'finetune': 'tab:blue', 'freeze_base': 'tab:orange',
@@ -107,7 +104,7 @@ def main(argv):
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
   if not _CSV.value or not os.path.exists(_CSV.value):
     raise app.UsageError(f'--csv={_CSV.value!r}: give the participants.csv of scripts.adapt')
-  output_dir = flags.FLAGS['output_dir'].value or os.path.dirname(os.path.abspath(_CSV.value))
+  output_dir = flag_groups.OUTPUT_DIR.value or os.path.dirname(os.path.abspath(_CSV.value))
   for path in make_plots(_CSV.value, output_dir):
     print(f'wrote {path}')
 

@@ -35,7 +35,7 @@ _DRY_RUN = flags.DEFINE_bool(
     'dry_run', False, 'Build the process, train nothing, print the report JSON.')
 
 # Flags that do not change what is computed (not compared on resume).
-_NOT_SAVED = ('dry_run', 'root_output_dir', 'experiment_name')
+_NOT_SAVED = ('dry_run', 'root_output_dir', 'experiment_name', 'output_dir')
 
 
 def _fail(message: str) -> None:
