@@ -1,23 +1,16 @@
 """Tests of scripts/methods/select.py: dry-run numbers, flag errors, real data."""
 
-import numpy as np
 import tensorflow as tf
-import tensorflow_federated as tff
 
 from scripts import flag_groups
 from scripts.methods import select
 from tasks import registry
 from tests import testing_utils
-from tff_partial.training import loop
 from tff_partial.training import method
 
 
 def _ctx(task, client_lr=0.1, seed=0):
-  return method.MethodContext(
-      task=task,
-      client_optimizer=tff.learning.optimizers.build_sgdm(learning_rate=client_lr),
-      server_optimizer=tff.learning.optimizers.build_sgdm(learning_rate=1.0),
-      seed=seed)
+  return testing_utils.method_context(task, client_lr=client_lr, seed=seed)
 
 
 def _synthetic(name):
@@ -55,20 +48,11 @@ class FemnistLearnsTest(tf.test.TestCase):
   """emnist_cnn with m=16 random conv2 filters per client on real FEMNIST."""
 
   def test_random_conv2_filters_learn(self):
-    task = registry.create_task(
-        'emnist_cnn', train_client_spec=testing_utils.client_spec(batch_size=20),
-        data_source='leaf', data_dir=testing_utils.shared_data(testing_utils.FEMNIST),
-        cache_dir=testing_utils.cache_dir())
+    task = testing_utils.femnist_task('emnist_cnn')
     built = select.build_from_args(_ctx(task), ['conv2'], 16, 'random')
     self.assertAlmostEqual(built.client_model_params / built.params_total, 0.2647, places=4)
-    result = loop.run_training(
-        task, built, total_rounds=ROUNDS, clients_per_round=10, seed=0,
-        output_dir=None, rounds_per_eval=ROUNDS, print_fn=print)
-    # Measured: see MIN_ACCURACY. Chance is 1/62 = 0.016.
-    self.assertGreater(result.final_eval['accuracy'], MIN_ACCURACY)
-    losses = [m['client_work/train/loss'] for m in result.round_metrics
-              if 'client_work/train/loss' in m]
-    self.assertLess(np.mean(losses[-5:]), np.mean(losses[:5]))
+    testing_utils.train_and_assert_learns(
+        self, task, built, rounds=ROUNDS, min_accuracy=MIN_ACCURACY)
 
 
 ROUNDS = 20

@@ -39,3 +39,42 @@ def client_spec(epochs=1, batch_size=20, max_elements=None):
   return tff.simulation.baselines.ClientSpec(
       num_epochs=epochs, batch_size=batch_size, shuffle_buffer_size=1,
       max_elements=max_elements)
+
+
+def femnist_task(name='emnist_cnn', batch_size=20, max_elements=None):
+  """A task on the real FEMNIST sample of ../shared/data (LEAF json)."""
+  from tasks import registry  # pylint: disable=g-import-not-at-top
+  return registry.create_task(
+      name,
+      train_client_spec=client_spec(batch_size=batch_size, max_elements=max_elements),
+      data_source='leaf',
+      data_dir=shared_data(FEMNIST),
+      cache_dir=cache_dir(),
+  )
+
+
+def method_context(task, client_lr=0.1, seed=0, aggregator=None):
+  """MethodContext with client SGD(client_lr) and server SGD(1.0)."""
+  from tff_partial.training import method  # pylint: disable=g-import-not-at-top
+  return method.MethodContext(
+      task=task,
+      client_optimizer=tff.learning.optimizers.build_sgdm(learning_rate=client_lr),
+      server_optimizer=tff.learning.optimizers.build_sgdm(learning_rate=1.0),
+      model_aggregator=aggregator,
+      seed=seed,
+  )
+
+
+def train_and_assert_learns(test_case, task, built, *, rounds, min_accuracy,
+                            clients_per_round=10, seed=0):
+  """Trains with the one loop; asserts test accuracy and falling train loss."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  from tff_partial.training import loop  # pylint: disable=g-import-not-at-top
+  result = loop.run_training(
+      task, built, total_rounds=rounds, clients_per_round=clients_per_round, seed=seed,
+      output_dir=None, rounds_per_eval=rounds, print_fn=print)
+  test_case.assertGreater(result.final_eval['accuracy'], min_accuracy)
+  losses = [m['client_work/train/loss'] for m in result.round_metrics
+            if 'client_work/train/loss' in m]
+  test_case.assertLess(np.mean(losses[-5:]), np.mean(losses[:5]))
+  return result

@@ -237,6 +237,23 @@ def load_model_weights(run_dir: str, task: registry.Task) -> tff.learning.models
   return tff.learning.models.ModelWeights.from_model(model)
 
 
+def _current_event_loop() -> asyncio.AbstractEventLoop:
+  """The thread's event loop, made anew if something (`asyncio.run`) closed it.
+
+  `tff.simulation.run_training_process` calls `asyncio.get_event_loop()`,
+  which raises once an earlier `asyncio.run` in the process cleared the loop.
+  """
+  try:
+    loop = asyncio.get_event_loop()
+    if not loop.is_closed():
+      return loop
+  except RuntimeError:
+    pass
+  loop = asyncio.new_event_loop()
+  asyncio.set_event_loop(loop)
+  return loop
+
+
 def run_training(
     task: registry.Task,
     built: method_lib.BuiltMethod,
@@ -280,7 +297,7 @@ def run_training(
   def evaluation_fn(state, unused_clients):
     return evaluator(process.get_model_weights(state))
 
-  loop = asyncio.get_event_loop()
+  loop = _current_event_loop()
   versions = loop.run_until_complete(state_manager.get_versions()) if state_manager else None
   if not versions:
     # Seeded initial model, saved as version 0 so that run_training_process
