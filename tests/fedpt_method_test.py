@@ -9,6 +9,7 @@ import contextlib
 import io
 import json
 import os
+import re
 import shutil
 
 from absl import flags
@@ -18,6 +19,7 @@ import tensorflow as tf
 
 from scripts import train
 from scripts.methods import fedpt
+from tasks import registry
 from tests import testing_utils
 from tff_partial.training import loop
 
@@ -122,6 +124,53 @@ class FedPTMethodTest(tf.test.TestCase):
     self.assertFalse(np.array_equal(full[0], initial.trainable[0]))
     regenerated = built.process.get_model_weights(result.state).trainable[0]
     np.testing.assert_array_equal(full[0], regenerated)
+
+
+class HeavyModelsFedPTTest(tf.test.TestCase):
+  """FedPT on (tiny) ResNet-18-GN and transformer: residual convs / FFN1 frozen."""
+
+  def _one_round(self, task, regex, expected_trainable):
+    with flagsaver.flagsaver(frozen_regex=regex):
+      built = fedpt.build(_ctx(task))
+    self.assertEqual(built.params_trainable, expected_trainable)
+    process = built.process
+    state = process.initialize()
+    before = process.get_model_weights(state)
+    data = [task.baseline.datasets.train_preprocess_fn(
+        task.train_data.create_tf_dataset_for_client(cid))
+            for cid in task.train_data.client_ids[:2]]
+    state = process.next(state, data).state
+    after = process.get_model_weights(state)
+    model = task.keras_model_fn()
+    names = [v.name for v in model.trainable_weights]
+    changed = {n for n, a, b in zip(names, before.trainable, after.trainable)
+               if not np.array_equal(a, b)}
+    frozen = {n for n in names if re.match(regex, n.split('/')[0])}
+    self.assertNotEmpty(frozen)
+    self.assertEmpty(changed & frozen)
+    self.assertNotEmpty(changed - frozen)
+    return built
+
+  def test_cifar10_resnet18_residual_convs_frozen(self):
+    task = registry.create_task(
+        'cifar10_resnet18', train_client_spec=testing_utils.client_spec(batch_size=4),
+        data_source='synthetic', width=8, num_clients=4, examples_per_client=8)
+    model = task.keras_model_fn()
+    residual = sum(int(np.prod(v.shape)) for v in model.trainable_weights
+                   if re.match(r'block\d[ab]_conv\d', v.name.split('/')[0]))
+    built = self._one_round(task, r'block\d[ab]_conv\d', model.count_params() - residual)
+    self.assertLess(built.params_trainable / built.params_total, 0.1)
+
+  def test_stackoverflow_nwp_ffn1_frozen(self):
+    task = registry.create_task(
+        'stackoverflow_nwp', train_client_spec=testing_utils.client_spec(batch_size=4),
+        data_source='synthetic', vocab_size=100, num_layers=2, embed_dim=16, num_heads=2,
+        ffn_dim=32, max_sentences_per_client=2)
+    model = task.keras_model_fn()
+    ffn1 = sum(int(np.prod(v.shape)) for v in model.trainable_weights
+               if re.match(r'encoder\d+_ffn1', v.name.split('/')[0]))
+    self.assertEqual(ffn1, 2 * (16 * 32 + 32))
+    self._one_round(task, r'encoder\d+_ffn1', model.count_params() - ffn1)
 
 
 class FemnistFedPTLearnsTest(tf.test.TestCase):
