@@ -151,7 +151,8 @@ def read_source(repo: str, folder: str, name: str) -> Source:
     raise GenError(f'{folder}/{name}: cannot parse ({e})') from e
   package = folder.replace('/', '.')  # of every module here, __init__ too
   imports = set()
-  reads_real_data = False  # calls testing_utils.shared_data(...)
+  # Calls testing_utils.shared_data(...) or one of its real-data helpers.
+  reads_real_data = False
   for node in ast.walk(tree):
     if isinstance(node, ast.Import):
       imports.update(alias.name for alias in node.names)
@@ -171,7 +172,7 @@ def read_source(repo: str, folder: str, name: str) -> Source:
       if module:
         imports.add(module)
       func = node.func
-      if getattr(func, 'id', getattr(func, 'attr', None)) == 'shared_data':
+      if getattr(func, 'id', getattr(func, 'attr', None)) in _REAL_DATA_CALLS:
         reads_real_data = True
   directives = {}
   for lineno, line in _comments(text):
@@ -191,6 +192,9 @@ def read_source(repo: str, folder: str, name: str) -> Source:
     kind = 'lib'
   return Source(folder=folder, name=name, kind=kind,
                 imports=sorted(imports), directives=directives)
+
+
+_REAL_DATA_CALLS = ('shared_data', 'femnist_task')
 
 
 def _comments(text: str):
