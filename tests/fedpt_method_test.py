@@ -5,8 +5,6 @@ Covers `scripts/methods/fedpt.py` (build from a `MethodContext`, flags,
 the real FEMNIST sample.
 """
 
-import contextlib
-import io
 import json
 import os
 import re
@@ -17,7 +15,7 @@ from absl.testing import flagsaver
 import numpy as np
 import tensorflow as tf
 
-from scripts import train
+from scripts import train  # pylint: disable=unused-import  (defines the flags)
 from scripts.methods import fedpt
 from tasks import registry
 from tests import testing_utils
@@ -36,23 +34,8 @@ def _ctx(task, client_lr=0.1, seed=0):
   return testing_utils.method_context(task, client_lr=client_lr, seed=seed)
 
 
-def _run_main(**flag_values):
-  out, err = io.StringIO(), io.StringIO()
-  code = 0
-  if not FLAGS.is_parsed():
-    FLAGS(['train'])
-  with flagsaver.flagsaver(**flag_values):
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-      try:
-        train.main(['train'])
-      except SystemExit as e:
-        code = e.code
-  return code, out.getvalue(), err.getvalue()
-
-
-def _weights(path):
-  with np.load(path) as data:
-    return [data[k] for k in sorted(data.files, key=lambda k: int(k.split('_')[1]))]
+_run_main = testing_utils.run_train_main
+_weights = testing_utils.load_npz_weights
 
 
 class FedPTMethodTest(tf.test.TestCase):

@@ -34,9 +34,7 @@ def _rows(path):
   return [{k: v for k, v in r.items() if k not in _TIME_COLUMNS} for r in rows]
 
 
-def _weights(path):
-  with np.load(path) as data:
-    return [data[k] for k in sorted(data.files, key=lambda k: int(k.split('_')[1]))]
+_weights = testing_utils.load_npz_weights
 
 
 class LoopTest(tf.test.TestCase):

@@ -1,6 +1,9 @@
 """Shared test helpers: real data from ../shared/data, tiny tasks."""
 
+import contextlib
+import io
 import os
+import sys
 
 import tensorflow_federated as tff
 
@@ -78,3 +81,39 @@ def train_and_assert_learns(test_case, task, built, *, rounds, min_accuracy,
             if 'client_work/train/loss' in m]
   test_case.assertLess(np.mean(losses[-5:]), np.mean(losses[:5]))
   return result
+
+
+class _Capture(io.StringIO):
+  """Captures Python prints; subprocesses (TFF's C++ worker) keep the real fd."""
+
+  def __init__(self, real):
+    super().__init__()
+    self._real = real
+
+  def fileno(self):
+    return self._real.fileno()
+
+
+def run_train_main(**flag_values):
+  """Runs `scripts.train.main` under flag values: (exit code, stdout, stderr)."""
+  from absl import flags  # pylint: disable=g-import-not-at-top
+  from absl.testing import flagsaver  # pylint: disable=g-import-not-at-top
+  from scripts import train  # pylint: disable=g-import-not-at-top
+  out, err = _Capture(sys.__stdout__), _Capture(sys.__stderr__)
+  code = 0
+  if not flags.FLAGS.is_parsed():
+    flags.FLAGS(['train'])
+  with flagsaver.flagsaver(**flag_values):
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+      try:
+        train.main(['train'])
+      except SystemExit as e:
+        code = e.code
+  return code, out.getvalue(), err.getvalue()
+
+
+def load_npz_weights(path):
+  """The arrays of a `model_weights.npz` (arr_0, arr_1, ...) in order."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  with np.load(path) as data:
+    return [data[k] for k in sorted(data.files, key=lambda k: int(k.split('_')[1]))]

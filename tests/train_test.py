@@ -1,45 +1,18 @@
 """Smoke and bad-input tests of the training binary `scripts.train`."""
 
-import contextlib
-import io
 import json
 import os
-import sys
 
 from absl import flags
-from absl.testing import flagsaver
 import tensorflow as tf
 
-from scripts import train
+from scripts import train  # pylint: disable=unused-import  (defines the flags)
 from tests import testing_utils
 
 FLAGS = flags.FLAGS
 
 
-class _Capture(io.StringIO):
-  """Captures Python prints; subprocesses (TFF's C++ worker) keep the real fd."""
-
-  def __init__(self, real):
-    super().__init__()
-    self._real = real
-
-  def fileno(self):
-    return self._real.fileno()
-
-
-def _run_main(**flag_values):
-  """Runs train.main under the given flags; returns (exit code, stdout, stderr)."""
-  out, err = _Capture(sys.__stdout__), _Capture(sys.__stderr__)
-  code = 0
-  if not FLAGS.is_parsed():
-    FLAGS(['train'])
-  with flagsaver.flagsaver(**flag_values):
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-      try:
-        train.main(['train'])
-      except SystemExit as e:
-        code = e.code
-  return code, out.getvalue(), err.getvalue()
+_run_main = testing_utils.run_train_main
 
 
 class TrainBinaryTest(tf.test.TestCase):
