@@ -37,11 +37,13 @@ What is measured (also written into the Markdown):
   aggregation, server update and the runtime's dispatch.
 * examples per second: examples the cohort trains on per round / round
   seconds; `client ex/s` divides by client training seconds instead.
-* memory: peak resident memory of the TFF C++ worker process during one round
-  with one client, above its resident memory before the round (Linux
-  `/proc/<pid>/status` VmHWM after resetting it with `clear_refs`). The
-  worker keeps freed memory in its allocator, so this is a lower bound that
-  is most trustworthy for the first configurations.
+* client extra training memory: `tff_partial.measure.memory` (PVT, Table 2):
+  the TensorFlow allocator peak of one training step on one batch that
+  differentiates only the variables a client trains
+  (`BuiltMethod.client_trained_mask_fn`), minus the peak of a forward-only
+  step, each in a fresh subprocess; mean and max over the first
+  --benchmark_memory_clients clients of round 0 (PVT draws a mask per client).
+  Federated select clients train a sliced sub-model: not measured.
 
 `--benchmark_cohorts=10,50,100,200` instead reports seconds per round against
 clients per round for each configuration, with a least-squares line and R^2 to
@@ -75,6 +77,7 @@ from scripts.methods import fedpt
 from scripts.methods import pvt
 from scripts.methods import select
 from tff_partial.measure import comm
+from tff_partial.measure import memory
 from tff_partial.training import loop
 from tff_partial.training import method
 
@@ -84,12 +87,18 @@ _METHOD_MODULES = {'fedavg': fedavg, 'fedpt': fedpt, 'pvt': pvt, 'select': selec
 # path; every other algorithm is built through scripts/methods/<algorithm>.py.
 PRESETS = collections.OrderedDict(
     (c[0], c) for c in [
+        # TFF's FedAvg as a user calls it (its default loop, dataset.reduce) ...
         ('tff_fedavg', 'tff_fedavg', {}),
+        # ... and with TFF's iterator loop, this package's default (--client_loop).
+        ('tff_fedavg_iterator', 'tff_fedavg', {'client_loop': 'iterator'}),
         ('fedavg', 'fedavg', {}),
+        # This package's FedAvg with TFF's default loop.
+        ('fedavg_reduce', 'fedavg', {'client_loop': 'reduce'}),
         # FedPT: freeze the big dense layer (FedPT appendix, EMNIST CNN) ...
         ('fedpt_dense1', 'fedpt', {'frozen_layers': 'dense1'}),
-        # ... or the convolutions (no backward pass through them at all) ...
-        ('fedpt_convs', 'fedpt', {'frozen_layers': 'conv1,conv2'}),
+        # ... or every convolution (normalization layers always train, as in
+        # FedPT): no kernel gradient of any convolution is formed ...
+        ('fedpt_convs', 'fedpt', {'frozen_regex': '.*conv.*'}),
         # ... or the largest layers until 10% stays trainable (ResNet-18: the
         # residual convolutions, as in FedPT's CIFAR-10 setting).
         ('fedpt_most', 'fedpt', {'frozen_target_trainable_fraction': 0.1}),
@@ -102,14 +111,15 @@ PRESETS = collections.OrderedDict(
 
 # Presets per task (the ones that make sense for its model).
 TASK_PRESETS = {
-    'emnist_cnn_gn': ('tff_fedavg', 'fedavg', 'fedpt_dense1', 'fedpt_convs', 'pvt_fixed_0.5',
-                      'pvt_per_client_0.5', 'select_conv2_random'),
-    'emnist_cnn': ('tff_fedavg', 'fedavg', 'fedpt_dense1', 'pvt_fixed_0.5',
-                   'select_conv2_random'),
-    'cifar10_resnet18': ('tff_fedavg', 'fedavg', 'fedpt_most', 'pvt_fixed_0.5',
-                         'pvt_per_client_0.5'),
+    'emnist_cnn_gn': ('tff_fedavg', 'tff_fedavg_iterator', 'fedavg', 'fedpt_dense1',
+                      'fedpt_convs', 'pvt_fixed_0.5', 'pvt_per_client_0.5',
+                      'select_conv2_random'),
+    'emnist_cnn': ('tff_fedavg', 'tff_fedavg_iterator', 'fedavg', 'fedpt_dense1',
+                   'pvt_fixed_0.5', 'select_conv2_random'),
+    'cifar10_resnet18': ('tff_fedavg', 'tff_fedavg_iterator', 'fedavg', 'fedpt_most',
+                         'fedpt_convs', 'pvt_fixed_0.5', 'pvt_per_client_0.5'),
 }
-_DEFAULT_PRESETS = ('tff_fedavg', 'fedavg', 'pvt_fixed_0.5')
+_DEFAULT_PRESETS = ('tff_fedavg', 'tff_fedavg_iterator', 'fedavg', 'pvt_fixed_0.5')
 
 _CONFIGS = flags.DEFINE_list(
     'benchmark_configs', None,
@@ -133,7 +143,11 @@ _COHORTS = flags.DEFINE_list(
 _KERAS = flags.DEFINE_bool(
     'benchmark_keras', True, 'Also measure centralized Keras model.fit throughput.')
 _MEMORY = flags.DEFINE_bool(
-    'benchmark_memory', True, 'Measure client peak extra training memory.')
+    'benchmark_memory', True,
+    'Measure client extra training memory (tff_partial.measure.memory).')
+_MEMORY_CLIENTS = flags.DEFINE_integer(
+    'benchmark_memory_clients', 4,
+    'Clients of the first round whose masks are measured (PVT draws one per client).')
 _EVAL = flags.DEFINE_bool('benchmark_eval', True, 'Evaluate accuracy after the rounds.')
 
 
@@ -208,25 +222,38 @@ def _flag_overrides(config: Config) -> dict:
 _NOT_IMPLEMENTED = re.compile('not implemented', re.IGNORECASE)
 
 
+def _build_tff_fedavg(ctx: method.MethodContext, loop) -> method.BuiltMethod:
+  process = tff.learning.algorithms.build_weighted_fed_avg(
+      ctx.task.baseline.model_fn,
+      client_optimizer_fn=ctx.client_optimizer,
+      server_optimizer_fn=ctx.server_optimizer,
+      loop_implementation=loop)
+  weights_type = method.model_weights_type(ctx.task)
+  params = method.count_params(weights_type)
+  return method.BuiltMethod(
+      name='tff_fedavg', process=process, params_total=params,
+      params_trainable=method.count_params(weights_type.trainable),
+      client_model_params=params, bytes=comm.client_bytes(process.next))
+
+
 def build_config(config: Config, ctx: method.MethodContext) -> method.BuiltMethod:
-  """Builds one configuration; raises Skip for methods not implemented yet."""
-  if config.algorithm == 'tff_fedavg':
-    process = tff.learning.algorithms.build_weighted_fed_avg(
-        ctx.task.baseline.model_fn,
-        client_optimizer_fn=ctx.client_optimizer,
-        server_optimizer_fn=ctx.server_optimizer)
-    weights_type = method.model_weights_type(ctx.task)
-    params = method.count_params(weights_type)
-    return method.BuiltMethod(
-        name='tff_fedavg', process=process, params_total=params,
-        params_trainable=method.count_params(weights_type.trainable),
-        client_model_params=params, bytes=comm.client_bytes(process.next))
-  module = _METHOD_MODULES[config.algorithm]
+  """Builds one configuration; raises Skip for methods not implemented yet.
+
+  The configuration's flag overrides hold while it is built, including
+  --client_loop. `tff_fedavg` is TFF's FedAvg as a user calls it, with TFF's
+  default loop (dataset.reduce) unless the configuration sets --client_loop.
+  """
   overrides = _flag_overrides(config)
   try:
     with flagsaver.flagsaver(**overrides):
+      if config.algorithm == 'tff_fedavg':
+        loop = (flag_groups.loop_implementation() if 'client_loop' in overrides
+                else tff.learning.LoopImplementation.DATASET_REDUCE)
+        return _build_tff_fedavg(ctx, loop)
+      module = _METHOD_MODULES[config.algorithm]
       module.validate_flags()
-      return module.build(ctx)
+      return module.build(dataclasses.replace(
+          ctx, loop_implementation=flag_groups.loop_implementation()))
   except NotImplementedError as e:
     raise Skip(f'{config.algorithm} is not implemented yet ({e})') from e
   except flag_groups.FlagError as e:
@@ -310,46 +337,86 @@ def count_examples(task, client_id) -> int:
 
 # ----------------------------------------------------------------------------
 # Measurements.
-def _worker_process() -> Optional[psutil.Process]:
-  """The TFF C++ worker that TFF's local runtime started (None: not local)."""
-  for child in psutil.Process().children(recursive=True):
+def cpu_seconds() -> float:
+  """User + system CPU seconds of this process and its live descendants.
+
+  The descendants include TFF's local C++ worker (and workers started by
+  `runtime.local_workers`), where the rounds run. CPU time is far less
+  sensitive than wall time to other load on a shared machine, so the CPU
+  ratios are the steadier ones there (TF's thread pools spin briefly before
+  sleeping, which counts as CPU time alike for every configuration).
+  Workers started outside this process (`--workers`) are not counted.
+  """
+  me = psutil.Process()
+  total = 0.0
+  for proc in [me, *me.children(recursive=True)]:
     try:
-      if child.name().startswith('worker_binary'):
-        return child
-    except psutil.Error:
+      times = proc.cpu_times()
+    except psutil.Error:  # exited meanwhile
       continue
-  return None
+    total += times.user + times.system
+  return total
 
 
-def _vm_kib(pid: int, key: str) -> int:
-  with open(f'/proc/{pid}/status') as f:
-    for line in f:
-      if line.startswith(key + ':'):
-        return int(line.split()[1])
-  raise KeyError(key)
+class ClientMemory:
+  """Client extra training memory (PVT's Table 2), via `tff_partial.measure.memory`.
 
+  For a configuration, each of the first `num_clients` clients of the first
+  round trains the variables `BuiltMethod.client_trained_mask_fn` names (all
+  of them when it is None); its extra memory is the TensorFlow allocator peak
+  of one training step on one batch that differentiates only those variables,
+  minus the peak of a forward-only step, each in a fresh subprocess. Peaks are
+  cached per mask, so configurations that train the same variables (TFF
+  FedAvg, FedAvg) share one measurement.
+  """
 
-def client_peak_memory(run_one_client_round) -> tuple[Optional[int], str]:
-  """Peak extra resident bytes of the worker during a one-client round."""
-  try:
-    from tff_partial.measure import memory  # pylint: disable=g-import-not-at-top
-    del memory  # PVT's module: wire it here once its API is on main.
-  except ImportError:
-    pass
-  worker = _worker_process()
-  if worker is None:
-    run_one_client_round()
-    return None, 'no local TFF worker process to measure'
-  try:
-    with open(f'/proc/{worker.pid}/clear_refs', 'w') as f:
-      f.write('5')  # resets VmHWM to the current RSS
-    before = _vm_kib(worker.pid, 'VmRSS')
-    run_one_client_round()
-    peak = _vm_kib(worker.pid, 'VmHWM')
-  except OSError as e:
-    run_one_client_round()
-    return None, f'cannot read worker memory: {e}'
-  return max(0, peak - before) * 1024, 'worker VmHWM - VmRSS before, one-client round'
+  def __init__(self, task, batch_size: int, seed: int, num_clients: int):
+    self.task, self.batch_size, self.seed = task, batch_size, seed
+    self.num_clients = num_clients
+    x_spec, y_spec = task.baseline.datasets.element_type_structure
+    self.kwargs = dict(
+        input_dtype=x_spec.dtype.name, label_shape=tuple(y_spec.shape[1:]),
+        num_classes=self._num_classes(), seed=seed)
+    self.input_shape = tuple(x_spec.shape[1:])
+    self._forward = None
+    self._train = {}
+
+  def _num_classes(self) -> int:
+    with tf.Graph().as_default():  # a throwaway model
+      return int(self.task.keras_model_fn().output_shape[-1])
+
+  def _peak(self, mode, mask=None) -> int:
+    return memory.measure_step_peak(
+        self.task.keras_model_fn, self.task.loss_fn, self.input_shape,
+        self.batch_size, mode=mode, trainable_mask=mask, **self.kwargs)['peak']
+
+  def measure(self, built) -> dict:
+    """{client_extra_memory_bytes (mean), ..._max, memory_note}."""
+    if not built.client_model_is_task_model:
+      return {'memory_note': 'not measured: a client trains a sliced sub-model, '
+                             'not the task model'}
+    if built.client_trained_mask_fn is None:
+      masks = [None]
+    else:
+      masks = [tuple(built.client_trained_mask_fn(0, i)) for i in range(self.num_clients)]
+    try:
+      if self._forward is None:
+        self._forward = self._peak('forward')
+      extras = []
+      for mask in masks:
+        if mask not in self._train:
+          self._train[mask] = self._peak('train', mask)
+        extras.append(self._train[mask] - self._forward)
+    except ValueError as e:  # e.g. a keras_model_fn that cannot be pickled
+      return {'memory_note': f'not measured: {e}'}
+    return {
+        'client_extra_memory_bytes': float(np.mean(extras)),
+        'client_extra_memory_bytes_max': int(max(extras)),
+        'client_forward_memory_bytes': int(self._forward),
+        'memory_note': (f'TF allocator peak of one training step (batch '
+                        f'{self.batch_size}) minus the forward-only peak, '
+                        f'mean over {len(masks)} client(s) of round 0'),
+    }
 
 
 def evaluate_accuracy(task, process, state) -> Optional[float]:
@@ -390,20 +457,24 @@ class _Runner:
     self.round_seconds, self.data_seconds, self.examples = [], [], []
     self.next_seconds = []
     self.empty_seconds = []
+    self.cpu_seconds = []
 
   def inputs(self, cohort, round_num, empty=False):
     return client_inputs(self.config, self.task, self.built, cohort, round_num,
                          self.seed, empty=empty)
 
   def train_round(self, round_num, cohort, timed):
+    c0 = cpu_seconds()
     t0 = time.perf_counter()
     values = self.inputs(cohort, round_num)
     t1 = time.perf_counter()
     self.state = self.process.next(self.state, values).state
     t2 = time.perf_counter()
-    logging.info('%s round %d: %.2fs (data %.3fs)', self.config.name, round_num,
-                 t2 - t0, t1 - t0)
+    c2 = cpu_seconds()
+    logging.info('%s round %d: %.2fs (data %.3fs), %.2f CPU s', self.config.name,
+                 round_num, t2 - t0, t1 - t0, c2 - c0)
     if timed:
+      self.cpu_seconds.append(c2 - c0)
       self.round_seconds.append(t2 - t0)
       self.data_seconds.append(t1 - t0)
       self.next_seconds.append(t2 - t1)
@@ -417,7 +488,7 @@ class _Runner:
     if timed:
       self.empty_seconds.append(time.perf_counter() - t0)
 
-  def finish(self, measure_memory, evaluate, first_cohort) -> dict:
+  def finish(self, client_memory, evaluate, first_cohort) -> dict:
     row = self.row
     median_round = _median(self.round_seconds)
     median_next = _median(self.next_seconds)
@@ -431,6 +502,8 @@ class _Runner:
         round_seconds_all=self.round_seconds,
         empty_round_seconds_all=self.empty_seconds,
         median_round_seconds=median_round,
+        round_cpu_seconds_all=self.cpu_seconds,
+        median_round_cpu_seconds=_median(self.cpu_seconds),
         median_data_seconds=_median(self.data_seconds),
         median_next_seconds=median_next,
         median_empty_round_seconds=overhead,
@@ -440,21 +513,15 @@ class _Runner:
         client_examples_per_second=(mean_examples / client_seconds
                                     if client_seconds else None),
     )
-    if measure_memory:
-      one = first_cohort[:1]
-
-      def one_client_round():
-        self.process.next(self.state, self.inputs(one, 0))
-
-      row['client_peak_memory_bytes'], row['memory_note'] = client_peak_memory(
-          one_client_round)
+    if client_memory is not None:
+      row.update(client_memory.measure(self.built))
     if evaluate:
       row['accuracy'] = evaluate_accuracy(self.task, self.process, self.state)
     return row
 
 
 def run_configs(configs, task, ctx, cohorts, *, seed, warmup, empty_rounds,
-                measure_memory, evaluate) -> list[dict]:
+                client_memory, evaluate) -> list[dict]:
   """Runs the configurations interleaved: round r of each, then round r+1.
 
   Interleaving (with the order rotated every round) spreads the machine's
@@ -482,7 +549,7 @@ def run_configs(configs, task, ctx, cohorts, *, seed, warmup, empty_rounds,
     for i in range(empty_rounds + 1):  # the first one warms the empty path
       for runner in rotated(i):
         runner.empty_round(last, cohorts[last], timed=i > 0)
-  finished = iter(r.finish(measure_memory, evaluate, cohorts[0]) for r in runners)
+  finished = iter(r.finish(client_memory, evaluate, cohorts[0]) for r in runners)
   return [row if row is not None else next(finished) for row in rows]
 
 
@@ -528,6 +595,9 @@ def add_ratios(rows: list[dict], keras: Optional[dict]) -> None:
       continue
     if ref:
       r['round_time_vs_tff_fedavg'] = r['median_round_seconds'] / ref['median_round_seconds']
+      if r.get('median_round_cpu_seconds') and ref.get('median_round_cpu_seconds'):
+        r['round_cpu_vs_tff_fedavg'] = (
+            r['median_round_cpu_seconds'] / ref['median_round_cpu_seconds'])
       if r.get('client_training_seconds') and ref.get('client_training_seconds'):
         r['client_time_vs_tff_fedavg'] = (
             r['client_training_seconds'] / ref['client_training_seconds'])
@@ -550,6 +620,13 @@ def _mib(value):
   return '-' if value is None else f'{value / 2**20:.2f}'
 
 
+def _mem(row):
+  if row.get('client_extra_memory_bytes') is None:
+    return '-'
+  return (f"{_mib(row['client_extra_memory_bytes'])}/"
+          f"{_mib(row['client_extra_memory_bytes_max'])}")
+
+
 def markdown(report: dict) -> str:
   lines = [f"# Benchmark: {report['task']}", '']
   lines.append(f"Machine: {report['machine']}. Data: {report['data']}. "
@@ -560,28 +637,31 @@ def markdown(report: dict) -> str:
                f"seed {report['seed']}. Runtime: {report['runtime']}.")
   lines.append('')
   if report.get('rows'):
-    lines.append('| config | s/round | vs TFF | client s | client vs TFF | ex/s | '
+    lines.append('| config | s/round | vs TFF | CPU s/round | CPU vs TFF | client s | '
+                 'client vs TFF | ex/s | '
                  'client ex/s | vs Keras | down KiB | up KiB | bytes vs TFF | '
-                 'peak MiB | accuracy |')
-    lines.append('|' + '---|' * 13)
+                 'extra mem MiB mean/max | accuracy |')
+    lines.append('|' + '---|' * 15)
     for r in report['rows']:
       if 'skipped' in r:
-        lines.append(f"| {r['name']} | skipped: {r['skipped']} |" + ' |' * 11)
+        lines.append(f"| {r['name']} | skipped: {r['skipped']} |" + ' |' * 13)
         continue
       lines.append(
           f"| {r['name']} | {_fmt(r['median_round_seconds'])} | "
           f"{_fmt(r.get('round_time_vs_tff_fedavg'))} | "
+          f"{_fmt(r.get('median_round_cpu_seconds'))} | "
+          f"{_fmt(r.get('round_cpu_vs_tff_fedavg'))} | "
           f"{_fmt(r.get('client_training_seconds'))} | "
           f"{_fmt(r.get('client_time_vs_tff_fedavg'))} | "
           f"{_fmt(r.get('examples_per_second'), '.0f')} | "
           f"{_fmt(r.get('client_examples_per_second'), '.0f')} | "
           f"{_fmt(r.get('throughput_vs_keras'))} | "
           f"{r['bytes_down_per_client'] / 1024:.1f} | {r['bytes_up_per_client'] / 1024:.1f} | "
-          f"{_fmt(r.get('bytes_vs_tff_fedavg'))} | {_mib(r.get('client_peak_memory_bytes'))} | "
+          f"{_fmt(r.get('bytes_vs_tff_fedavg'))} | {_mem(r)} | "
           f"{_fmt(r.get('accuracy'), '.4f')} |")
     keras = report.get('keras')
     if keras:
-      lines.append(f"| keras_centralized | {_fmt(keras['median_round_seconds'])} | | | | "
+      lines.append(f"| keras_centralized | {_fmt(keras['median_round_seconds'])} | | | | | | "
                    f"{_fmt(keras['examples_per_second'], '.0f')} | | 1 | | | | | |")
   if report.get('scaling'):
     lines += ['', '## Seconds per round vs clients per round', '',
@@ -598,21 +678,26 @@ def markdown(report: dict) -> str:
   for r in report.get('rows', []):
     if r.get('bytes_note'):
       lines.append(f"- {r['name']} bytes: {r['bytes_note']}")
-    if r.get('memory_note') and r['name'] == 'tff_fedavg':
-      lines.append(f"- memory: {r['memory_note']}")
+    if r.get('memory_note'):
+      lines.append(f"- {r['name']} memory: {r['memory_note']}")
   return '\n'.join(lines) + '\n'
 
 
 METHOD_NOTE = (
     's/round: median wall seconds of process.next incl. building the cohort '
-    'datasets, after warm-up. client s: seconds of process.next minus those of '
+    'datasets, after warm-up. CPU s/round: median user+system CPU seconds of '
+    'the same (this process and its TFF worker); steadier than wall time on a '
+    'shared machine. client s: seconds of process.next minus those of '
     'the same round on empty client datasets (what remains is local '
     'training). ex/s: examples trained per round / s/round. vs TFF: ratio to '
     'tff_fedavg (TFF build_weighted_fed_avg with TFF\'s data path); vs Keras: '
     'ratio of ex/s to centralized Keras model.fit on the same examples and '
     'batch size. Bytes: exact payload per client per round from the '
-    'process type signature. peak MiB: extra resident memory of the TFF C++ '
-    'worker during a one-client round (lower bound; allocator caches). All '
+    'process type signature. extra mem: client extra training memory, the '
+    'TensorFlow allocator peak of one training step on one batch that '
+    'differentiates only the variables the client trains, minus the '
+    'forward-only peak, each in a fresh subprocess (tff_partial.measure.memory; '
+    'mean and max over the first clients\' masks). All '
     'configurations ran side by side in one process on the same sampled '
     'clients, interleaved round by round; on a shared machine timings are '
     'still noisy.')
@@ -661,7 +746,8 @@ def run(output_dir: Optional[str]) -> dict:
         task=task, client_optimizer=flag_groups.client_optimizer(),
         server_optimizer=choice.server_optimizer or server_opt,
         model_aggregator=choice.factory, seed=seed,
-        clients_per_round=cohort_size, total_rounds=rounds)
+        clients_per_round=cohort_size, total_rounds=rounds,
+        loop_implementation=flag_groups.loop_implementation())
 
   report = {
       'task': task_name, 'machine': machine(),
@@ -681,7 +767,10 @@ def run(output_dir: Optional[str]) -> dict:
     ctx = make_ctx(size)
     rows = run_configs(
         configs, task, ctx, cohorts, seed=seed, warmup=warmup,
-        empty_rounds=_EMPTY_ROUNDS.value, measure_memory=_MEMORY.value,
+        empty_rounds=_EMPTY_ROUNDS.value,
+        client_memory=(ClientMemory(task, flag_groups.CLIENT_BATCH_SIZE.value, seed,
+                                    min(_MEMORY_CLIENTS.value, size))
+                       if _MEMORY.value else None),
         evaluate=_EVAL.value)
     keras = None
     if _KERAS.value:
@@ -696,7 +785,7 @@ def run(output_dir: Optional[str]) -> dict:
     for size in cohort_sizes:
       cohorts = [sample_cohort(client_ids, seed, r, size) for r in range(rounds)]
       rows = run_configs(configs, task, make_ctx(size), cohorts, seed=seed,
-                         warmup=warmup, empty_rounds=0, measure_memory=False,
+                         warmup=warmup, empty_rounds=0, client_memory=None,
                          evaluate=False)
       for row in rows:
         entry = report['scaling'][row['name']]

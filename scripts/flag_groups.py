@@ -64,6 +64,20 @@ CLIENT_BATCH_SIZE = flags.DEFINE_integer('client_batch_size', 20, 'Client batch 
 CLIENT_MAX_ELEMENTS = flags.DEFINE_integer(
     'client_max_batches', -1,
     'At most this many batches per client per round (-1: no limit).')
+CLIENT_LOOP = flags.DEFINE_enum(
+    'client_loop', 'iterator', ('iterator', 'reduce'),
+    'How a client iterates its dataset: `iterator` (a loop over the dataset '
+    "iterator in the training graph, TFF's LoopImplementation.DATASET_ITERATOR) "
+    "or `reduce` (tf.data's dataset.reduce, TFF's default). Same steps in the "
+    'same order; iterator measured 7x faster for the ResNet on CPU (docs/benchmarks.md).')
+
+
+def loop_implementation() -> 'tff.learning.LoopImplementation':
+  """The `tff.learning.LoopImplementation` of --client_loop."""
+  return {
+      'iterator': tff.learning.LoopImplementation.DATASET_ITERATOR,
+      'reduce': tff.learning.LoopImplementation.DATASET_REDUCE,
+  }[CLIENT_LOOP.value]
 
 
 def _define_optimizer_flags(prefix: str, default: str, lr: float):

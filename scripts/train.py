@@ -89,6 +89,7 @@ def build(task: registry.Task):
       seed=flag_groups.SEED.value,
       clients_per_round=flag_groups.CLIENTS_PER_ROUND.value,
       total_rounds=flag_groups.TOTAL_ROUNDS.value,
+      loop_implementation=flag_groups.loop_implementation(),
   )
   return _METHOD_MODULES[_ALGORITHM.value].build(ctx), choice
 

@@ -24,6 +24,7 @@ centralized evaluation uses every test example.
 """
 
 import collections
+import functools
 import glob
 import hashlib
 import os
@@ -280,8 +281,10 @@ def create_cifar10_task(*, train_client_spec, eval_client_spec, data_source, dat
                   seed=seeds[1], prefix='test_')
   mean, std = _channel_stats(x_train)
 
-  def keras_model_fn():
-    return create_resnet18_gn(width=width, image_size=crop_size, gn_groups=gn_groups)
+  # A partial of a module-level function (not a closure), so that the model
+  # can be rebuilt in a fresh subprocess (tff_partial.measure.memory).
+  keras_model_fn = functools.partial(
+      create_resnet18_gn, width=width, image_size=crop_size, gn_groups=gn_groups)
 
   baseline = registry.make_baseline_task(
       train_data=train,

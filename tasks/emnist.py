@@ -16,6 +16,7 @@ Data, in order: TFF's EMNIST (`tff.simulation.datasets.emnist.load_data`, from
 """
 
 import collections
+import functools
 import glob
 import json
 import os
@@ -180,7 +181,7 @@ registry.register_task(
     'emnist_cnn', _create(create_cnn, 'emnist_cnn'), flag_prefix='emnist',
     data_sources=_SOURCES, description='FedAvg CNN on FEMNIST')
 registry.register_task(
-    'emnist_cnn_gn', _create(lambda: create_cnn(group_norm=True), 'emnist_cnn_gn'),
+    'emnist_cnn_gn', _create(functools.partial(create_cnn, group_norm=True), 'emnist_cnn_gn'),
     flag_prefix='emnist', data_sources=_SOURCES,
     description='FedAvg CNN + GroupNorm after conv2 on FEMNIST (FedPT)')
 registry.register_task(

@@ -63,13 +63,22 @@ class PvtProcessTest(tf.test.TestCase):
         tff.TensorType(np.int32, [6])))
 
   def test_pcpr_with_zero_fraction_equals_fedavg(self):
+    # With either client loop (TFF's dataset.reduce default, and the iterator
+    # loop the binaries use), PCPR at fraction 0 is TFF's FedAvg bit for bit.
+    for loop in tff.learning.LoopImplementation:
+      with self.subTest(loop=loop.name):
+        self._assert_pcpr_zero_equals_fedavg(loop)
+
+  def _assert_pcpr_zero_equals_fedavg(self, loop):
     # Server SGD with momentum so that two rounds exercise the optimizer state.
     fedavg = tff.learning.algorithms.build_weighted_fed_avg(
         _model_fn, client_optimizer_fn=_sgd(0.1),
-        server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0, momentum=0.9))
+        server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0, momentum=0.9),
+        loop_implementation=loop)
     pvt = masks.build_pvt_process(
         _model_fn, client_optimizer_fn=_sgd(0.1),
-        server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0, momentum=0.9))
+        server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0, momentum=0.9),
+        loop_implementation=loop)
     types = vt.classify_variables(_keras_model())
     sampler = masks.MaskSampler(types, 'per_client_per_round', 0.0, seed=3)
     initial = _initial_weights()
@@ -88,6 +97,26 @@ class PvtProcessTest(tf.test.TestCase):
     for a, b, c in zip(fed_weights, pvt_weights, initial.trainable):
       self.assertFalse(np.array_equal(a, c))  # training moved every variable
       np.testing.assert_array_equal(a, b)  # bit-identical to TFF's FedAvg
+
+  def test_static_mask_differentiates_only_trained_variables_same_result(self):
+    # The fixed scheme's mask is known at build time: clients take gradients of
+    # the trained variables only, with the same result as the runtime mask.
+    mask = np.array([0, 1, 0, 1, 1, 0], np.float32)
+    dynamic = masks.build_pvt_process(_model_fn, client_optimizer_fn=_sgd(0.1))
+    static = masks.build_pvt_process(
+        _model_fn, client_optimizer_fn=_sgd(0.1), static_mask=mask.astype(bool))
+    initial = _initial_weights()
+    data = [masks.client_input(d, mask) for d in _datasets()]
+    results = []
+    for process in (dynamic, static):
+      state = process.set_model_weights(process.initialize(), initial)
+      results.append(process.get_model_weights(process.next(state, data).state).trainable)
+    for i, (a, b, c) in enumerate(zip(*results, initial.trainable)):
+      np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+      self.assertEqual(bool(mask[i]), not np.array_equal(a, c))
+    with self.assertRaisesRegex(Exception, 'differs from the static'):
+      state = static.set_model_weights(static.initialize(), initial)
+      static.next(state, [masks.client_input(d, np.ones(6, np.float32)) for d in _datasets()])
 
   def test_untrained_variables_keep_their_values(self):
     # Server momentum would move a variable with a zero update in round 2;

@@ -20,6 +20,7 @@ def build(ctx: method.MethodContext) -> method.BuiltMethod:
         client_optimizer_fn=ctx.client_optimizer,
         server_optimizer_fn=ctx.server_optimizer,
         model_aggregator=aggregator,
+        loop_implementation=ctx.loop_implementation,
     )
   else:
     process = tff.learning.algorithms.build_weighted_fed_avg(
@@ -27,6 +28,7 @@ def build(ctx: method.MethodContext) -> method.BuiltMethod:
         client_optimizer_fn=ctx.client_optimizer,
         server_optimizer_fn=ctx.server_optimizer,
         model_aggregator=aggregator,
+        loop_implementation=ctx.loop_implementation,
     )
   weights_type = method.model_weights_type(ctx.task)
   params = method.count_params(weights_type)

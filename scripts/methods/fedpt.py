@@ -73,9 +73,12 @@ def build_from_layers(ctx: method.MethodContext, frozen_layers) -> method.BuiltM
         server_optimizer_fn=ctx.server_optimizer,
         model_aggregator=ctx.model_aggregator,
         seed=ctx.seed,
+        loop_implementation=ctx.loop_implementation,
     )
   except ValueError as e:
     raise flag_groups.FlagError(str(e)) from e
+  frozen_paths = {v.path for v in plan.frozen}
+  trained_mask = tuple(path not in frozen_paths for path in plan.full_trainable)
   return method.BuiltMethod(
       name='fedpt',
       process=process,
@@ -88,4 +91,5 @@ def build_from_layers(ctx: method.MethodContext, frozen_layers) -> method.BuiltM
           'frozen_layers': list(plan.frozen_layers),
           'params_frozen': plan.params_frozen,
       },
+      client_trained_mask_fn=lambda round_num, client_index: trained_mask,
   )

@@ -129,7 +129,11 @@ def build_pvt_method(
       client_optimizer_fn=ctx.client_optimizer,
       server_optimizer_fn=ctx.server_optimizer,
       model_aggregator=aggregator,
-      client_weighting=weighting)
+      client_weighting=weighting,
+      loop_implementation=ctx.loop_implementation,
+      # A fixed mask is known now: clients differentiate only what they train.
+      static_mask=(tuple(bool(m) for m in sampler.mask(0, 0))
+                   if scheme == 'fixed' else None))
 
   def client_input_fn(round_num, client_index, client_id, dataset):
     del client_id  # masks are keyed by the client's slot in the round's sample
@@ -176,4 +180,6 @@ def build_pvt_method(
           'pvt_upload_reduction_vs_fedavg': (
               comm.fedavg_bytes(weights_type).up_payload / real_bytes.up_payload),
       },
+      client_trained_mask_fn=lambda round_num, client_index: tuple(
+          bool(m) for m in sampler.mask(round_num, client_index)),
   )

@@ -88,7 +88,8 @@ def build_from_args(ctx: method.MethodContext, layers, keys_per_client: int,
   input_spec = task.baseline.datasets.element_type_structure
   process = process_lib.build_federated_select_process(
       task.keras_model_fn, task.loss_fn, task.metrics_fn, input_spec, spec,
-      ctx.client_optimizer, ctx.server_optimizer, deselect_factory=deselect)
+      ctx.client_optimizer, ctx.server_optimizer, deselect_factory=deselect,
+      loop_implementation=ctx.loop_implementation)
   policy_obj = keys_lib.KeyPolicy(spec, policy, seed=ctx.seed,
                                   same_keys_per_round=same_keys_per_round)
 
@@ -118,6 +119,8 @@ def build_from_args(ctx: method.MethodContext, layers, keys_per_client: int,
                        'policy': policy_obj._group_policy(g)}  # pylint: disable=protected-access
               for g in spec.groups},
       },
+      # A client trains its sliced sub-model, not the task's Keras model.
+      client_model_is_task_model=False,
   )
 
 

@@ -211,6 +211,8 @@ def build_fedpt_process(
     model_aggregator: Optional[Any] = None,
     seed: int = 0,
     metrics_aggregator: Optional[Any] = None,
+    loop_implementation: tff.learning.LoopImplementation = (
+        tff.learning.LoopImplementation.DATASET_REDUCE),
 ) -> tff.learning.templates.LearningProcess:
   """Builds FedPT (Algorithm 1) for a Keras model with `frozen_layers` frozen.
 
@@ -235,6 +237,8 @@ def build_fedpt_process(
       deltas only.
     seed: z as an integer in [0, 2**62); sent to clients as `int32[2]`.
     metrics_aggregator: as in `tff.learning.algorithms.build_weighted_fed_avg`.
+    loop_implementation: the clients' dataset loop, as in
+      `tff.learning.algorithms.build_weighted_fed_avg`.
 
   Returns:
     A `tff.learning.templates.LearningProcess` (see the module docstring).
@@ -287,7 +291,8 @@ def build_fedpt_process(
   distributor = tff.learning.templates.build_broadcast_process(server_weights_type)
   inner_client_work = tff.learning.templates.build_model_delta_client_work(
       client_model_fn, client_optimizer_fn, client_weighting,
-      metrics_aggregator=metrics_aggregator)
+      metrics_aggregator=metrics_aggregator,
+      loop_implementation=loop_implementation)
   client_work = _build_client_work(plan, server_weights_type, inner_client_work)
   aggregator = model_aggregator.create(
       server_weights_type.trainable, tff.TensorType(np.float32))

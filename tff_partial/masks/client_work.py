@@ -26,21 +26,28 @@ replaced by zeros before the optimizer step and frozen variables are reset to
 their round-start value after it (so no optimizer can move them, e.g. through
 weight decay), and their update entries are exactly zero.
 
-Memory. In this simulation every client of the round runs one TFF computation
-traced once for all masks, so the mask is a runtime tensor and TensorFlow's
-backward pass still computes (and buffers the activations for) the frozen
-variables' gradients, then drops them. A real PVT client builds its training
-step for its own mask and differentiates only its trained variables: that is
-what `tff_partial.measure.memory.client_training_peak(..., trainable_mask=...)`
-measures.
+Memory and compute. With a mask that changes per round or per client, every
+client of the round runs one TFF computation traced once for all masks, so the
+mask is a runtime tensor and TensorFlow's backward pass still computes (and
+buffers the activations for) the frozen variables' gradients, then drops them.
+A real PVT client builds its training step for its own mask and differentiates
+only its trained variables: that is what
+`tff_partial.measure.memory.client_training_peak(..., trainable_mask=...)`
+measures. When the mask is known when the process is built (the `fixed`
+scheme), `static_mask` makes the simulated clients do the same: the gradient
+tape differentiates only the trained variables (and each client checks that
+the mask it receives is that one).
 """
 
 import collections
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
+# TFF's own loop builder (the one build_model_delta_client_work uses); not
+# exported under tff.learning.
+from tensorflow_federated.python.learning import loop_builder
 
 
 def client_input(dataset: tf.data.Dataset, mask) -> collections.OrderedDict:
@@ -65,8 +72,17 @@ def build_pvt_client_work(
     optimizer: tff.learning.optimizers.Optimizer,
     client_weighting: tff.learning.ClientWeighting = tff.learning.ClientWeighting.NUM_EXAMPLES,
     metrics_aggregator=None,
+    loop_implementation: tff.learning.LoopImplementation = (
+        tff.learning.LoopImplementation.DATASET_REDUCE),
+    static_mask: Optional[Sequence[bool]] = None,
 ) -> tff.learning.templates.ClientWorkProcess:
-  """A `ClientWorkProcess` training the unmasked variables of each client."""
+  """A `ClientWorkProcess` training the unmasked variables of each client.
+
+  `loop_implementation` picks TFF's dataset loop (`tff.learning.LoopImplementation`),
+  as `build_model_delta_client_work` does. `static_mask` (one bool per
+  trainable variable): every client's mask, known now (the `fixed` scheme);
+  then only the trained variables are differentiated.
+  """
   if not isinstance(optimizer, tff.learning.optimizers.Optimizer):
     raise ValueError(
         f'optimizer must be a tff.learning.optimizers.Optimizer, got {type(optimizer).__name__}')
@@ -74,6 +90,7 @@ def build_pvt_client_work(
                               tff.learning.ClientWeighting.UNIFORM):
     raise ValueError(f'client_weighting must be NUM_EXAMPLES or UNIFORM, got {client_weighting}')
   metrics_aggregator = metrics_aggregator or tff.learning.metrics.sum_then_finalize
+  training_loop = loop_builder.build_training_loop(loop_implementation)
 
   # Built in a throwaway graph, as TFF does, so no variables leak into the
   # global context.
@@ -82,6 +99,11 @@ def build_pvt_client_work(
     metrics_aggregation_fn = metrics_aggregator(model.metric_finalizers())
     weights_type = tff.learning.models.weights_type_from_model(model)
   num_variables = len(weights_type.trainable)
+  if static_mask is not None:
+    static_mask = tuple(bool(m) for m in static_mask)
+    if len(static_mask) != num_variables:
+      raise ValueError(f'static_mask has {len(static_mask)} entries; the model has '
+                       f'{num_variables} trainable variables')
   data_type = tff.SequenceType(tff.types.tensorflow_to_type(model.input_spec))
   client_data_type = tff.StructWithPythonType(
       [('data', data_type),
@@ -112,8 +134,15 @@ def build_pvt_client_work(
     # data made of sequences only.
     mask = client_data['mask'].reduce(
         tf.zeros([num_variables], tf.float32), lambda _, m: m)
+    if static_mask is not None:
+      check = tf.debugging.assert_equal(
+          mask, tf.constant(static_mask, tf.float32),
+          message='PVT: a client mask differs from the static (fixed) mask')
+      with tf.control_dependencies([check]):
+        mask = tf.identity(mask)
     return _train(model, optimizer, optimizer_hparams, initial_weights,
-                  client_data['data'], mask, client_weighting)
+                  client_data['data'], mask, client_weighting, training_loop,
+                  static_mask)
 
   @tff.federated_computation(
       init_fn.type_signature.result,
@@ -133,7 +162,7 @@ def build_pvt_client_work(
 
 @tf.function
 def _train(model, optimizer, optimizer_hparams, initial_weights, data, mask,
-           client_weighting):
+           client_weighting, training_loop, static_mask):
   model_weights = tff.learning.models.ModelWeights.from_model(model)
   tf.nest.map_structure(lambda v, t: v.assign(t), model_weights, initial_weights)
   trainable = tuple(tf.nest.flatten(model_weights.trainable))
@@ -144,9 +173,15 @@ def _train(model, optimizer, optimizer_hparams, initial_weights, data, mask,
     num_examples, optimizer_state = loop_state
     with tf.GradientTape() as tape:
       output = model.forward_pass(batch, training=True)
-    gradients = tape.gradient(output.loss, trainable)
-    gradients = tuple(
-        tf.where(trained[i], g, tf.zeros_like(g)) for i, g in enumerate(gradients))
+    if static_mask is None:
+      gradients = tape.gradient(output.loss, trainable)
+      gradients = tuple(
+          tf.where(trained[i], g, tf.zeros_like(g)) for i, g in enumerate(gradients))
+    else:  # differentiate only the trained variables
+      sources = [v for v, m in zip(trainable, static_mask) if m]
+      computed = iter(tape.gradient(output.loss, sources))
+      gradients = tuple(next(computed) if m else tf.zeros_like(v)
+                        for v, m in zip(trainable, static_mask))
     optimizer_state, updated = optimizer.next(optimizer_state, trainable, gradients)
     for i, (variable, new_value) in enumerate(zip(trainable, updated)):
       variable.assign(tf.where(trained[i], new_value, start[i]))
@@ -158,8 +193,8 @@ def _train(model, optimizer, optimizer_hparams, initial_weights, data, mask,
 
   specs = tuple(tf.TensorSpec(v.shape, v.dtype) for v in trainable)
   optimizer_state = optimizer.set_hparams(optimizer.initialize(specs), optimizer_hparams)
-  num_examples, _ = data.reduce(
-      (tf.zeros([], tf.int64), optimizer_state), reduce_fn)
+  num_examples, _ = training_loop(
+      reduce_fn, data, lambda: (tf.zeros([], tf.int64), optimizer_state))
 
   update = tf.nest.map_structure(
       tf.subtract, initial_weights.trainable, model_weights.trainable)

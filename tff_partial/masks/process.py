@@ -22,7 +22,7 @@ stateless about them, so a resumed run only needs the round number.
 """
 
 import collections
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -87,6 +87,9 @@ def build_pvt_process(
     model_aggregator: Optional[masked_mean.MaskedMeanFactory] = None,
     client_weighting: tff.learning.ClientWeighting = tff.learning.ClientWeighting.NUM_EXAMPLES,
     metrics_aggregator=None,
+    loop_implementation: tff.learning.LoopImplementation = (
+        tff.learning.LoopImplementation.DATASET_REDUCE),
+    static_mask: Optional[Sequence[bool]] = None,
 ) -> tff.learning.templates.LearningProcess:
   """Builds the PVT `LearningProcess` (see the module docstring for types).
 
@@ -99,6 +102,9 @@ def build_pvt_process(
       pass `MaskedMeanFactory(value_sum_factory=...)` for a secure or DP sum).
     client_weighting: `NUM_EXAMPLES` (FedAvg's default) or `UNIFORM`.
     metrics_aggregator: as in `tff.learning.algorithms.build_weighted_fed_avg`.
+    loop_implementation: the clients' dataset loop (`tff.learning.LoopImplementation`).
+    static_mask: every client's mask when it is known now (the `fixed`
+      scheme): clients then differentiate only the trained variables.
   """
   if not callable(model_fn):
     raise ValueError(f'model_fn must be a no-arg callable, got {type(model_fn).__name__}')
@@ -123,7 +129,8 @@ def build_pvt_process(
   model_weights_type = initial_model_weights_fn.type_signature.result
   distributor = tff.learning.templates.build_broadcast_process(model_weights_type)
   client_work = client_work_lib.build_pvt_client_work(
-      model_fn, client_optimizer_fn, client_weighting, metrics_aggregator)
+      model_fn, client_optimizer_fn, client_weighting, metrics_aggregator,
+      loop_implementation, static_mask)
   update_type = client_work.next.type_signature.result.result.member.update
   aggregator = model_aggregator.create(update_type, tff.TensorType(np.float32))
   finalizer = build_masked_finalizer(server_optimizer_fn, model_weights_type)

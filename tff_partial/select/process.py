@@ -61,6 +61,8 @@ def build_federated_select_process(
     *,
     deselect_factory: Optional[tff.aggregators.WeightedAggregationFactory] = None,
     client_weighting=tff.learning.ClientWeighting.NUM_EXAMPLES,
+    loop_implementation: tff.learning.LoopImplementation = (
+        tff.learning.LoopImplementation.DATASET_REDUCE),
 ) -> tff.learning.templates.LearningProcess:
   """Builds Algorithm 2 as a `tff.learning.templates.LearningProcess`.
 
@@ -103,7 +105,8 @@ def build_federated_select_process(
                      'trainable variables; check the select spec')
 
   client_work = tff.learning.templates.build_model_delta_client_work(
-      sub_model_fn, client_optimizer, client_weighting)
+      sub_model_fn, client_optimizer, client_weighting,
+      loop_implementation=loop_implementation)
   finalizer = tff.learning.templates.build_apply_optimizer_finalizer(
       server_optimizer, full_weights_type)
   upload_type = aggregator_lib.upload_type(spec)

@@ -7,7 +7,7 @@ contract of DESIGN.md reports (parameter counts, exact bytes per client).
 """
 
 import dataclasses
-from typing import Any, Callable, Optional, Union
+from typing import Any, Callable, Optional, Sequence, Union
 
 import numpy as np
 import tensorflow as tf
@@ -37,6 +37,12 @@ class MethodContext:
   seed: int = 0
   clients_per_round: int = 10
   total_rounds: int = 1
+  # How a client iterates its dataset. TFF's default is DATASET_REDUCE;
+  # DATASET_ITERATOR runs the same steps in the same order and is several
+  # times faster on CPU for conv models (docs/benchmarks.md); the binaries
+  # default to it (--client_loop).
+  loop_implementation: tff.learning.LoopImplementation = (
+      tff.learning.LoopImplementation.DATASET_REDUCE)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,6 +63,13 @@ class BuiltMethod:
     client_input_fn: maps (round, client index, client id, dataset) to the
       client value `process.next` takes; None means the dataset itself.
     extra_report: more `--dry_run` keys, method-specific.
+    client_trained_mask_fn: (round, client index) -> one bool per
+      `task.keras_model_fn().trainable_weights`: the variables that client
+      trains (what its gradient step differentiates). None: every variable.
+      Used to measure client training memory (`tff_partial.measure.memory`).
+    client_model_is_task_model: False when a client trains a different (e.g.
+      sliced) model than the task's Keras model, so the task model's memory
+      does not describe a client (federated select).
   """
 
   name: str
@@ -68,6 +81,8 @@ class BuiltMethod:
   bytes_note: str = ''
   client_input_fn: Optional[ClientInputFn] = None
   extra_report: dict = dataclasses.field(default_factory=dict)
+  client_trained_mask_fn: Optional[Callable[[int, int], Sequence[bool]]] = None
+  client_model_is_task_model: bool = True
 
 
 def count_params(weights) -> int:
