@@ -7,6 +7,12 @@
 2021), `dp_gaussian` (DP-FedAvg, McMahan et al. 2018) and `median` (Yin et al.
 2018) return an *unweighted* factory from `tff_partial.privacy`; every method
 must then aggregate its client updates with it unweighted (docs/privacy.md).
+
+DP-FTRL's server update is built from --server_optimizer (sgd or sgdm),
+--server_learning_rate and --server_momentum. Measured on the FEMNIST sample
+(docs/privacy.md): server SGD lr 1.0 without momentum (the flags' defaults)
+learns like FedAvg in 20 rounds; momentum 0.9 stalls at ~5% for 20 rounds at
+server lr 0.1, 0.3 and 1.0.
 """
 
 import dataclasses
