@@ -53,6 +53,14 @@ class SummaryTest(absltest.TestCase):
     self.assertEqual(below_fed['finetune']['count'], 1)  # p5
     self.assertEqual(below_fed['ewc']['count'], 1)  # p5 (p1 and p3 tie)
     self.assertEqual(below_fed['best_adapted']['count'], 0)
+    vs_fed = s['adapted_vs_federated']
+    # finetune vs federated: p1 .75>.5, p2 tie, p3 1.0>.5, p4 tie, p5 .5<.75.
+    self.assertEqual(vs_fed['finetune']['helped'], {'count': 2, 'share': 0.4})
+    self.assertEqual(vs_fed['finetune']['unchanged'], {'count': 2, 'share': 0.4})
+    self.assertEqual(vs_fed['finetune']['hurt'], {'count': 1, 'share': 0.2})
+    # best adapted: .75 .75 1.0 .5 1.0 vs .5 .25 .5 .2 .75: all helped.
+    self.assertEqual(vs_fed['best_adapted']['helped']['count'], 5)
+    self.assertEqual(vs_fed['best_adapted']['hurt']['count'], 0)
     self.assertEqual(s['best_strategy_counts'],
                      {'finetune': 2, 'freeze_base': 1, 'ewc': 1, 'distill': 1})
     self.assertEqual(s['best_strategy_ties'], 1)

@@ -66,6 +66,11 @@ def _count(flags: Iterable[bool], n: int) -> dict:
   return {'count': count, 'share': count / n if n else float('nan')}
 
 
+def cmp(a: float, b: float) -> int:
+  """1 if a > b, 0 if equal, -1 if a < b."""
+  return (a > b) - (a < b)
+
+
 def summarize(rows: Sequence[Mapping], strategy_names: Sequence[str]) -> dict:
   """The summary dict (JSON-serialisable) of per-participant rows."""
   if not rows:
@@ -92,6 +97,13 @@ def summarize(rows: Sequence[Mapping], strategy_names: Sequence[str]) -> dict:
       },
       'adapted_below_federated': {
           m: _count((a < r[FEDERATED] for a, r in zip(values[m], rows)), n)
+          for m in adapted
+      },
+      # Adaptation helped / left unchanged / hurt each participant, judged
+      # against its federated model (the paper's figures 3-6 question).
+      'adapted_vs_federated': {
+          m: {k: _count((cmp(a, r[FEDERATED]) == v for a, r in zip(values[m], rows)), n)
+              for k, v in (('helped', 1), ('unchanged', 0), ('hurt', -1))}
           for m in adapted
       },
       'best_adapted_above_both': _count(
@@ -122,6 +134,12 @@ def format_table(summary: Mapping) -> str:
         best_for = str(summary['best_strategy_counts'][m])
     lines.append(f'{m:<14}{acc["mean"]:>8.4f}{acc["median"]:>8.4f}'
                  f'{below_local:>12}{below_fed:>14}{best_for:>10}')
+  c = summary['adapted_vs_federated']['best_adapted']
+  lines.append('best adapted vs federated: helped {} ({:.0%}), unchanged {} ({:.0%}), '
+               'hurt {} ({:.0%})'.format(
+                   c['helped']['count'], c['helped']['share'],
+                   c['unchanged']['count'], c['unchanged']['share'],
+                   c['hurt']['count'], c['hurt']['share']))
   c = summary['best_adapted_above_both']
   lines.append(f'best adapted beats both federated and local for {c["count"]} '
                f'({c["share"]:.0%}); ties for best strategy: {summary["best_strategy_ties"]}')
