@@ -41,6 +41,8 @@ class Task:
     data_source: where the data came from (`tff`, `leaf`, `h5`, `jpeg`,
       `text`, `synthetic`).
     data_description: one human-readable line on the data (for logs/README).
+    oov_token: token tasks: the out-of-vocabulary token id (federated select
+      maps the words a client did not select to it); None elsewhere.
   """
 
   name: str
@@ -50,6 +52,7 @@ class Task:
   metrics_fn: Callable[[], list]
   data_source: str
   data_description: str = ''
+  oov_token: Optional[int] = None
 
   @property
   def train_data(self) -> tff.simulation.datasets.ClientData:

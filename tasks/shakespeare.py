@@ -255,6 +255,8 @@ def create_word_task(*, train_client_spec, eval_client_spec, data_source, data_d
   return registry.Task(
       name='shakespeare_word', baseline=baseline, keras_model_fn=keras_model_fn,
       loss_fn=_seq_loss, metrics_fn=metrics_fn, data_source=source,
+      oov_token=_word_pre.get_special_tokens(
+          vocab_size, num_out_of_vocab_buckets=1).out_of_vocab[0],
       data_description=_description(
           'next-word', source, train, test,
           f', vocabulary {vocab_size} most frequent training words'))

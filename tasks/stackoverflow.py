@@ -208,6 +208,7 @@ def create_nwp_task(*, train_client_spec, eval_client_spec, data_source, data_di
   return registry.Task(
       name='stackoverflow_nwp', baseline=baseline, keras_model_fn=keras_model_fn,
       loss_fn=_seq_loss, metrics_fn=metrics_fn, data_source=source,
+      oov_token=special.out_of_vocab[0],
       data_description=(
           f'Stack Overflow next-word prediction from {source}: '
           f'{len(train.client_ids)} train users, vocabulary {vocab_size}, length '

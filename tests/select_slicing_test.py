@@ -103,6 +103,38 @@ class SliceShapesAndValuesTest(tf.test.TestCase):
     masked.set_weights(zeroed)
     self.assertAllClose(client(x), masked(x), atol=1e-6)
 
+  def test_rescaled_filters_equal_dropout_with_inverse_scaling(self):
+    # --select_rescale: m=2 of K=4 filters, activations times K/m = 2, i.e.
+    # the full model with the other filters zeroed and the next rows doubled.
+    full = randomize(cnn(), seed=1)
+    configs = slicing.group_configs(full, ['conv_b'], 2, 'random', rescale=True)
+    self.assertEqual(configs[0].output_scale, 2.0)
+    spec = slicing.make_select_spec(full, configs)
+    keys = {'conv_b': np.array([1, 3], np.int32)}
+    sub = sub_model(cnn, spec, full, keys)
+    x = np.random.default_rng(2).random((3, 6, 6, 1)).astype(np.float32)
+    zeroed = [w.numpy().copy() for w in full.weights]
+    drop = [0, 2]
+    zeroed[2][..., drop] = 0.0
+    zeroed[3][drop] = 0.0
+    k = zeroed[4].reshape(9, 4, 5)
+    k[:, drop, :] = 0.0
+    zeroed[4] = 2.0 * k.reshape(36, 5)
+    masked = cnn()
+    masked.set_weights(zeroed)
+    self.assertAllClose(sub(x), masked(x), atol=1e-4)
+    # m = K: scale 1, the sub-model is the full model.
+    self.assertEqual(
+        slicing.group_configs(full, ['conv_b'], 4, 'random', rescale=True)[0].output_scale, 1.0)
+
+  def test_rescale_is_skipped_after_normalization_and_refused_explicitly(self):
+    model = cnn_gn()
+    configs = slicing.group_configs(model, ['conv_b'], 2, 'random', rescale=True)
+    self.assertEqual(configs[0].output_scale, 1.0)
+    with self.assertRaisesRegex(ValueError, '--select_rescale.*group_norm|normalization'):
+      slicing.make_select_spec(
+          model, [slicing.GroupConfig(['conv_b'], 2, structured=False, output_scale=2.0)])
+
   def test_embedding_and_output_share_vocabulary_keys(self):
     full = randomize(word_model())
     spec = slicing.make_select_spec(
@@ -260,6 +292,27 @@ class KeyPolicyTest(tf.test.TestCase):
     self.assertAllEqual(same.client_keys(2, 'a')['embedding'], same.client_keys(2, 'b')['embedding'])
     draws = {tuple(rnd.client_keys(r, c)['embedding']) for r in range(4) for c in 'abc'}
     self.assertGreater(len(draws), 6)
+
+  def test_padding_and_oov_tokens_always_selected(self):
+    # shakespeare_word / stackoverflow_nwp: Embedding(mask_zero) and an OOV id.
+    tokens = tf.keras.Input(shape=(5,), dtype=tf.int32)
+    h = tf.keras.layers.Embedding(10, 4, mask_zero=True, name='embedding')(tokens)
+    model = tf.keras.Model(tokens, tf.keras.layers.Dense(10, name='output')(h))
+    spec = slicing.make_select_spec(model, slicing.group_configs(
+        model, ['embedding', 'output'], 3, 'top', oov_index=9))
+    self.assertEqual(spec.groups[0].pad_index, 0)
+    tokens = np.array([[3, 3, 3, 5, 5], [7, 7, 1, 3, 2]], np.int32)
+    ds = tf.data.Dataset.from_tensors((tokens, tokens))
+    keys = keys_lib.KeyPolicy(spec, 'top').client_keys(0, 'a', ds)['embedding']
+    self.assertAllEqual(keys, [0, 3, 9])  # pad, the most frequent word, OOV
+    # Padding stays local 0 (masked); unselected words -> the OOV's local id.
+    local = slicing.local_indices(spec.groups[0], keys, np.array([0, 3, 5, 9]))
+    self.assertAllEqual(local, [0, 1, 2, 2])
+    for policy in ('random', 'random_top'):
+      for r in range(3):
+        k = keys_lib.KeyPolicy(spec, policy, seed=1).client_keys(r, 'a', ds)['embedding']
+        self.assertLen(k, 3)
+        self.assertContainsSubset([0, 9], k.tolist())
 
 
 if __name__ == '__main__':

@@ -8,7 +8,11 @@ Flags:
     `tff_partial/select/keys.py`);
   --select_same_keys_per_round: random keys shared by all clients of a round;
   --select_bucket_size: B, indices per key of the structured key space (a key
-    selects B consecutive rows; keeps TFF's per-key select calls few).
+    selects B consecutive rows; keeps TFF's per-key select calls few);
+  --select_rescale: random keys: clients scale the kept units' activations by
+    K/m (inverted dropout) so the full server model matches its clients
+    (off by default: the paper does not rescale, and on FEMNIST it calibrated
+    the loss but did not raise accuracy; see docs/select.md).
 
 `--aggregator` plugs in as the mean of the clients' deselected dense updates
 (`DeselectMeanFactory.paper_mean`, the paper's eq. (5)); with the default
@@ -43,8 +47,16 @@ _BUCKET = flags.DEFINE_integer(
     'select_bucket_size', 1,
     'Indices per key of the structured key space (must divide its size).')
 
+_RESCALE = flags.DEFINE_bool(
+    'select_rescale', False,
+    'Random keys (conv filters, hidden units): the client sub-model multiplies '
+    'the m kept units\' activations by K/m, as inverted dropout does, so the '
+    'server model evaluated with all K units sees inputs of the size its '
+    'clients trained with. Default false: Algorithm 2 exactly as the paper '
+    'writes it (no scaling; the full model then over-drives the next layer).')
+
 FLAG_NAMES = ('select_layer', 'select_keys', 'select_policy',
-              'select_same_keys_per_round', 'select_bucket_size')
+              'select_same_keys_per_round', 'select_bucket_size', 'select_rescale')
 
 
 def validate_flags() -> None:
@@ -65,12 +77,18 @@ def validate_flags() -> None:
         f'mixed, not {_POLICY.value}')
 
 
-def select_spec(task, layers, keys_per_client, policy, bucket_size=1):
-  """The `SelectSpec` of the task's model; bad flags -> FlagError."""
+def select_spec(task, layers, keys_per_client, policy, bucket_size=1,
+                rescale=False):
+  """The `SelectSpec` of the task's model; bad flags -> FlagError.
+
+  Token tasks (`task.oov_token` set): words a client did not select become
+  its out-of-vocabulary token, like words outside a smaller vocabulary.
+  """
   model = task.keras_model_fn()
   try:
     configs = slicing.group_configs(model, layers, keys_per_client, policy,
-                                    bucket_size)
+                                    bucket_size, oov_index=task.oov_token,
+                                    rescale=rescale)
     return slicing.make_select_spec(model, configs)
   except ValueError as e:
     raise flag_groups.FlagError(str(e)) from e
@@ -78,10 +96,10 @@ def select_spec(task, layers, keys_per_client, policy, bucket_size=1):
 
 def build_from_args(ctx: method.MethodContext, layers, keys_per_client: int,
                     policy: str, same_keys_per_round: bool = False,
-                    bucket_size: int = 1) -> method.BuiltMethod:
+                    bucket_size: int = 1, rescale: bool = False) -> method.BuiltMethod:
   """`build` without flags (tests and benchmarks call this)."""
   task = ctx.task
-  spec = select_spec(task, layers, keys_per_client, policy, bucket_size)
+  spec = select_spec(task, layers, keys_per_client, policy, bucket_size, rescale)
   deselect = None
   if ctx.model_aggregator is not None:
     deselect = select_lib.DeselectMeanFactory.paper_mean(spec, ctx.model_aggregator)
@@ -116,6 +134,7 @@ def build_from_args(ctx: method.MethodContext, layers, keys_per_client: int,
               g.name: {'layers': list(g.layers), 'kind': g.kind,
                        'keys_per_client': g.keys_per_client,
                        'num_keys': g.num_keys, 'bucket_size': g.bucket_size,
+                       'output_scale': g.output_scale,
                        'policy': policy_obj._group_policy(g)}  # pylint: disable=protected-access
               for g in spec.groups},
       },
@@ -127,4 +146,4 @@ def build_from_args(ctx: method.MethodContext, layers, keys_per_client: int,
 def build(ctx: method.MethodContext) -> method.BuiltMethod:
   validate_flags()
   return build_from_args(ctx, _LAYER.value, _KEYS.value, _POLICY.value,
-                         _SAME_KEYS.value, _BUCKET.value)
+                         _SAME_KEYS.value, _BUCKET.value, _RESCALE.value)

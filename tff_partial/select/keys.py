@@ -60,16 +60,38 @@ def count_indices(group: slicing.SelectGroup, dataset) -> np.ndarray:
   return counts
 
 
+def required_keys(group: slicing.SelectGroup) -> list:
+  """Keys every client of a token group selects, whatever its policy.
+
+  The padding token of an embedding with `mask_zero` (Keras masks local id 0,
+  so it must stay the client's local 0) and the OOV token (words a client did
+  not select map to it).
+  """
+  keys = []
+  if group.pad_index is not None:
+    keys.append(group.pad_index // group.bucket_size)
+  if group.oov_index is not None:
+    oov_key = group.oov_index // group.bucket_size
+    if oov_key not in keys:
+      keys.append(oov_key)
+  return keys
+
+
+def with_required(group: slicing.SelectGroup, keys, m: int) -> np.ndarray:
+  """`keys` (in order of preference) with the required keys put in, m in all."""
+  required = required_keys(group)
+  if len(required) > m:
+    raise ValueError(f'--select_keys={m} for {group.name}: needs at least '
+                     f'{len(required)} (padding and OOV tokens)')
+  rest = [k for k in np.asarray(keys).tolist() if k not in required]
+  return np.asarray(required + rest[:m - len(required)], np.int64)
+
+
 def top_keys(group: slicing.SelectGroup, counts: np.ndarray, m: int) -> np.ndarray:
   """The m keys (buckets) of largest summed count; ties -> lower key."""
   per_key = counts.reshape(group.num_keys, group.bucket_size).sum(axis=1)
   order = np.argsort(-per_key, kind='stable')
-  keys = order[:m]
-  if group.oov_index is not None:
-    oov_key = group.oov_index // group.bucket_size
-    if oov_key not in keys:
-      keys = np.concatenate([keys[:m - 1], [oov_key]])
-  return keys
+  return with_required(group, order, m)
 
 
 class KeyPolicy:
@@ -111,6 +133,8 @@ class KeyPolicy:
         who = None if self.same_keys_per_round else str(client_id)
         keys = _rng(self.seed, round_num, who, i).choice(
             group.num_keys, size=m, replace=False)
+        if required_keys(group):
+          keys = with_required(group, keys, m)
       else:
         if dataset is None:
           raise ValueError(f'--select_policy={policy} needs the client data')
@@ -127,6 +151,7 @@ class KeyPolicy:
             pool = top_keys(group, counts, min(2 * m, group.num_keys))
             keys = _rng(self.seed, round_num, str(client_id), i).choice(
                 pool, size=m, replace=False)
+            keys = with_required(group, keys, m)
       out[group.name] = np.sort(np.asarray(keys, np.int32))
     return out
 

@@ -119,6 +119,13 @@ class SelectGroup:
       outputs (class ids to local ids; one/multi-hot labels gathered).
     oov_index: for `tokens`/`classes`: the index a client maps tokens it did not
       select to (its key is always selected); None maps them to local index 0.
+    output_scale: random keys only: the client's sub-model multiplies the
+      selected layer's activations by this factor (K / (m*B) with
+      `rescale=True`, as inverted dropout does), so that the server model,
+      which sums over all K units, sees inputs of the size its clients trained
+      with. 1.0 is Algorithm 2 as written.
+    pad_index: 0 when the group's embedding has `mask_zero` (Keras masks
+      local id 0, so every client keeps token 0 as its local 0); else None.
   """
 
   name: str
@@ -132,6 +139,8 @@ class SelectGroup:
   input_role: Optional[str] = None
   output_role: Optional[str] = None
   oov_index: Optional[int] = None
+  output_scale: float = 1.0
+  pad_index: Optional[int] = None
 
   @property
   def num_keys(self) -> int:
@@ -167,6 +176,7 @@ class GroupConfig:
   structured: bool
   bucket_size: int = 1
   oov_index: Optional[int] = None
+  output_scale: float = 1.0
 
 
 def selectable_layers(model: tf.keras.Model) -> list:
@@ -211,6 +221,20 @@ def _is_model_input_layer(model, layer) -> bool:
 
 def _is_output_layer(model, layer) -> bool:
   return any(layer is l for l in model._output_layers)  # pylint: disable=protected-access
+
+
+def _norm_in_chain(layer) -> bool:
+  """Whether a normalization layer follows `layer` before its consumer."""
+  current = layer
+  while True:
+    nxt = _consumers(current)
+    if len(nxt) != 1:
+      return False
+    current = nxt[0]
+    if isinstance(current, _NORM_LAYERS):
+      return True
+    if not isinstance(current, (tf.keras.layers.Flatten,) + _PASS_THROUGH):
+      return False
 
 
 def _unit_slices(model, layer) -> list:
@@ -272,6 +296,7 @@ def make_select_spec(model: tf.keras.Model,
     kinds = []
     num = None
     input_role = output_role = None
+    pad_index = None
     for name in cfg.layers:
       if name not in known:
         raise ValueError(
@@ -284,6 +309,8 @@ def make_select_spec(model: tf.keras.Model,
           n = int(layer.embeddings.shape[0])
           slices.append(_vslice(model, layer.embeddings, 0))
           input_role = 'tokens'
+          if layer.mask_zero:
+            pad_index = 0
         elif (isinstance(layer, tf.keras.layers.Dense)
               and _is_model_input_layer(model, layer)):
           kinds.append(ROWS)
@@ -328,6 +355,15 @@ def make_select_spec(model: tf.keras.Model,
       used[s.index] = cfg.layers[0]
     if cfg.bucket_size < 1:
       raise ValueError(f'bucket_size must be >= 1, got {cfg.bucket_size}')
+    if cfg.output_scale != 1.0:
+      if cfg.structured:
+        raise ValueError(f'{cfg.layers[0]}: output_scale applies to random '
+                         '(unit/filter) keys only')
+      for name in cfg.layers:
+        if _norm_in_chain(model.get_layer(name)):
+          raise ValueError(
+              f'--select_rescale: a normalization layer follows {name}, which '
+              'undoes an activation scale; use --select_rescale=false')
     if num % cfg.bucket_size:
       raise ValueError(
           f'bucket_size={cfg.bucket_size} must divide the {num} indices of '
@@ -349,6 +385,8 @@ def make_select_spec(model: tf.keras.Model,
         input_role=input_role,
         output_role=output_role,
         oov_index=cfg.oov_index,
+        output_scale=float(cfg.output_scale),
+        pad_index=pad_index,
     ))
   shapes = tuple(tuple(int(d) for d in v.shape) for v in model.trainable_weights)
   broadcast = tuple(i for i in range(len(shapes)) if i not in used)
@@ -455,11 +493,14 @@ def build_client_keras_model(keras_model_fn: Callable[[], tf.keras.Model],
   """The task's Keras model with every selected layer narrowed to m*B."""
   model = keras_model_fn()
   narrow = {}
+  scale = {}
   input_dim = None
   for group in spec.groups:
     n = group.client_indices
     for name in group.layers:
       narrow[name] = n
+      if group.output_scale != 1.0:
+        scale[name] = group.output_scale
     if group.input_role == 'features':
       input_dim = n
   norm_after = {}
@@ -486,7 +527,13 @@ def build_client_keras_model(keras_model_fn: Callable[[], tf.keras.Model],
     if layer.name in norm_after:
       # Random filters break GroupNorm's groups; keep groups that divide m*B.
       config['groups'] = math.gcd(config['groups'], norm_after[layer.name])
-    return layer.__class__.from_config(config)
+    new = layer.__class__.from_config(config)
+    if layer.name in scale:
+      # Inverted dropout: the m*B kept units stand in for all K. Scaling the
+      # activation (not a weight) keeps the gradients those of dropout.
+      activation, factor = new.activation, scale[layer.name]
+      new.activation = lambda x: activation(x) * factor
+    return new
 
   input_tensors = None
   if input_dim is not None:
@@ -588,7 +635,7 @@ def is_structured_layer(model: tf.keras.Model, name: str) -> bool:
 
 def group_configs(model: tf.keras.Model, layers: Sequence[str],
                   keys_per_client: int, policy: str, bucket_size: int = 1,
-                  oov_index: Optional[int] = None) -> list:
+                  oov_index: Optional[int] = None, rescale: bool = False) -> list:
   """`GroupConfig`s for `--select_layer`, `--select_keys`, `--select_policy`.
 
   The structured layers named (embedding / input dense / output dense) share
@@ -597,6 +644,9 @@ def group_configs(model: tf.keras.Model, layers: Sequence[str],
   `random` draws every group's keys uniformly; `mixed` needs both kinds and
   gives the inner layers the same fraction of keys as the structured ones
   (the paper's alpha: m = alpha*n structured and d = alpha*h random keys).
+  `rescale`: random (inner-layer) groups scale their activations on the
+  client by K / (m*B) (`SelectGroup.output_scale`), except where a
+  normalization layer follows (it would normalize the scale away).
   """
   known = selectable_layers(model)
   if not layers:
@@ -641,5 +691,10 @@ def group_configs(model: tf.keras.Model, layers: Sequence[str],
     else:  # same fraction alpha of this layer's units, whole units
       m = max(1, round(keys_per_client * size(name) / first_size))
       b = 1
-    configs.append(GroupConfig([name], m, structured=False, bucket_size=b))
+    # After a normalization layer an activation scale would be normalized
+    # away before the next layer: such groups keep 1.0 (not rescaled).
+    norm = _norm_in_chain(model.get_layer(name))
+    scale = size(name) / (m * b) if rescale and not norm else 1.0
+    configs.append(GroupConfig([name], m, structured=False, bucket_size=b,
+                               output_scale=scale))
   return configs
