@@ -63,7 +63,8 @@ CLIENT_EPOCHS = flags.DEFINE_integer('client_epochs', 1, 'Local epochs per round
 CLIENT_BATCH_SIZE = flags.DEFINE_integer('client_batch_size', 20, 'Client batch size.')
 CLIENT_MAX_ELEMENTS = flags.DEFINE_integer(
     'client_max_batches', -1,
-    'At most this many batches per client per round (-1: no limit).')
+    'At most this many batches (after batching, all epochs together) per client '
+    'per round (-1: no limit).')
 CLIENT_LOOP = flags.DEFINE_enum(
     'client_loop', 'iterator', ('iterator', 'reduce'),
     'How a client iterates its dataset: `iterator` (a loop over the dataset '
@@ -144,12 +145,12 @@ def client_specs() -> tuple[tff.simulation.baselines.ClientSpec, tff.simulation.
   """Train and eval client specs. Shuffling is done by the loop, seeded."""
   check_positive(CLIENT_EPOCHS)
   check_positive(CLIENT_BATCH_SIZE)
-  max_elements = CLIENT_MAX_ELEMENTS.value
+  # --client_max_batches is applied after preprocessing (create_task), not as
+  # ClientSpec.max_elements, which counts raw elements (sentences for text).
   train = tff.simulation.baselines.ClientSpec(
       num_epochs=CLIENT_EPOCHS.value,
       batch_size=CLIENT_BATCH_SIZE.value,
       shuffle_buffer_size=1,  # the training loop shuffles, seeded per round/client
-      max_elements=None if max_elements is None or max_elements < 0 else max_elements,
   )
   evaluation = tff.simulation.baselines.ClientSpec(
       num_epochs=1, batch_size=128, shuffle_buffer_size=1)
@@ -176,7 +177,7 @@ def create_task(task_name: Optional[str] = None, seed: Optional[int] = None) -> 
   """Builds the task selected by the flags (clear `TaskError` on bad input)."""
   task_name = task_name or TASK.value
   train_spec, eval_spec = client_specs()
-  return registry.create_task(
+  task = registry.create_task(
       task_name,
       train_client_spec=train_spec,
       eval_client_spec=eval_spec,
@@ -186,3 +187,4 @@ def create_task(task_name: Optional[str] = None, seed: Optional[int] = None) -> 
       seed=SEED.value if seed is None else seed,
       **task_hparams(task_name),
   )
+  return task.with_max_train_batches(CLIENT_MAX_ELEMENTS.value)

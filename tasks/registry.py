@@ -79,6 +79,31 @@ class Task:
     model.compile(loss=self.loss_fn(), metrics=self.metrics_fn())
     return model
 
+  def with_max_train_batches(self, max_batches: Optional[int]) -> 'Task':
+    """This task with each client's preprocessed training data cut to `max_batches`.
+
+    TFF's `ClientSpec.max_elements` counts raw elements before batching (images,
+    but sentences or snippets for the text tasks); this counts batches, after
+    the task's preprocessing, for every task alike. None or < 0: no limit.
+    """
+    if max_batches is None or max_batches < 0:
+      return self
+    datasets = self.baseline.datasets
+    preprocess = datasets.train_preprocess_fn
+
+    def limited_preprocess_fn(dataset):
+      return preprocess(dataset).take(max_batches)
+
+    baseline = tff.simulation.baselines.BaselineTask(
+        tff.simulation.baselines.BaselineTaskDatasets(
+            train_data=datasets.train_data,
+            test_data=datasets.test_data,
+            validation_data=datasets.validation_data,
+            train_preprocess_fn=limited_preprocess_fn,
+            eval_preprocess_fn=datasets.eval_preprocess_fn),
+        self.baseline.model_fn)
+    return dataclasses.replace(self, baseline=baseline)
+
   def centralized_test_dataset(self) -> tf.data.Dataset:
     """All test examples, preprocessed for evaluation (batched)."""
     test = self.test_data

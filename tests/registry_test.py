@@ -35,6 +35,21 @@ class RegistryTest(absltest.TestCase):
     self.assertIn("--data_source='jpeg'", str(cm.exception))
     self.assertIn('auto, tff, leaf, synthetic', str(cm.exception))
 
+  def test_max_train_batches_counts_batches_after_preprocessing(self):
+    spec = tff.simulation.baselines.ClientSpec(num_epochs=2, batch_size=4)
+    task = registry.create_task('emnist_2nn', train_client_spec=spec,
+                                data_source='synthetic')
+    client = task.train_data.client_ids[0]
+    data = task.train_data.create_tf_dataset_for_client(client)
+    full = list(task.baseline.datasets.train_preprocess_fn(data))
+    self.assertGreater(len(full), 3)
+    limited = task.with_max_train_batches(3)
+    batches = list(limited.baseline.datasets.train_preprocess_fn(data))
+    self.assertLen(batches, 3)  # batches of 4 examples, not 3 examples
+    self.assertEqual([int(b[0].shape[0]) for b in batches], [4, 4, 4])
+    self.assertIs(task.with_max_train_batches(-1), task)
+    self.assertEqual(limited.population, task.population)
+
   def test_duplicate_registration_raises(self):
     with self.assertRaisesRegex(ValueError, 'already registered'):
       registry.register_task('emnist_cnn', lambda **_: None, flag_prefix='emnist')
