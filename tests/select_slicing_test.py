@@ -19,6 +19,21 @@ def sub_model(fn, spec, full, keys):
   return sub
 
 
+def cnn_with_conv_b_filters_dropped(full, drop, next_scale=1.0):
+  """`cnn()` with `full`'s weights, conv_b filters `drop` zeroed (kernel and
+  bias) and the next dense kernel's matching rows zeroed, the rest of that
+  kernel scaled by `next_scale`."""
+  zeroed = [w.numpy().copy() for w in full.weights]
+  zeroed[2][..., drop] = 0.0
+  zeroed[3][drop] = 0.0
+  k = zeroed[4].reshape(9, 4, 5)
+  k[:, drop, :] = 0.0
+  zeroed[4] = next_scale * k.reshape(36, 5)
+  masked = cnn()
+  masked.set_weights(zeroed)
+  return masked
+
+
 class SliceShapesAndValuesTest(tf.test.TestCase):
 
   def test_conv_filters_couple_next_dense_rows_after_flatten(self):
@@ -50,15 +65,7 @@ class SliceShapesAndValuesTest(tf.test.TestCase):
     keys = {'conv_b': np.array([1, 3], np.int32)}
     sub = sub_model(cnn, spec, full, keys)
     x = np.random.default_rng(2).random((3, 6, 6, 1)).astype(np.float32)
-    zeroed = [w.numpy().copy() for w in full.weights]
-    drop = [0, 2]
-    zeroed[2][..., drop] = 0.0
-    zeroed[3][drop] = 0.0
-    k = zeroed[4].reshape(9, 4, 5)
-    k[:, drop, :] = 0.0
-    zeroed[4] = k.reshape(36, 5)
-    masked = cnn()
-    masked.set_weights(zeroed)
+    masked = cnn_with_conv_b_filters_dropped(full, drop=[0, 2])
     self.assertAllClose(sub(x), masked(x), atol=1e-5)
 
   def test_conv_filters_with_group_norm_and_next_conv(self):
@@ -113,15 +120,7 @@ class SliceShapesAndValuesTest(tf.test.TestCase):
     keys = {'conv_b': np.array([1, 3], np.int32)}
     sub = sub_model(cnn, spec, full, keys)
     x = np.random.default_rng(2).random((3, 6, 6, 1)).astype(np.float32)
-    zeroed = [w.numpy().copy() for w in full.weights]
-    drop = [0, 2]
-    zeroed[2][..., drop] = 0.0
-    zeroed[3][drop] = 0.0
-    k = zeroed[4].reshape(9, 4, 5)
-    k[:, drop, :] = 0.0
-    zeroed[4] = 2.0 * k.reshape(36, 5)
-    masked = cnn()
-    masked.set_weights(zeroed)
+    masked = cnn_with_conv_b_filters_dropped(full, drop=[0, 2], next_scale=2.0)
     self.assertAllClose(sub(x), masked(x), atol=1e-4)
     # m = K: scale 1, the sub-model is the full model.
     self.assertEqual(
