@@ -45,6 +45,11 @@ What is measured (also written into the Markdown):
   --benchmark_memory_clients clients of round 0 (PVT draws a mask per client).
   Federated select clients train a sliced sub-model: not measured.
 
+`--benchmark_select_buckets=1,10,50,100` instead times one round of
+`tff.federated_select` (each client selects --benchmark_select_keys rows, in
+keys of B rows) against a broadcast of the same payload
+(`tff_partial.select.bench`).
+
 `--benchmark_cohorts=10,50,100,200` instead reports seconds per round against
 clients per round for each configuration, with a least-squares line and R^2 to
 show whether the cost grows linearly.
@@ -78,6 +83,7 @@ from scripts.methods import pvt
 from scripts.methods import select
 from tff_partial.measure import comm
 from tff_partial.measure import memory
+from tff_partial.select import bench as select_bench
 from tff_partial.training import loop
 from tff_partial.training import method
 
@@ -149,6 +155,17 @@ _MEMORY_CLIENTS = flags.DEFINE_integer(
     'benchmark_memory_clients', 4,
     'Clients of the first round whose masks are measured (PVT draws one per client).')
 _EVAL = flags.DEFINE_bool('benchmark_eval', True, 'Evaluate accuracy after the rounds.')
+_SELECT_BUCKETS = flags.DEFINE_list(
+    'benchmark_select_buckets', None,
+    'Select-vs-broadcast mode (no task needed): rows per select key to time, '
+    'e.g. 1,10,50,100; each is one round of tff.federated_select of '
+    '--benchmark_select_keys rows per client against a broadcast of the same payload.')
+_SELECT_KEYS = flags.DEFINE_integer(
+    'benchmark_select_keys', 1000, 'Select-vs-broadcast: rows each client needs.')
+_SELECT_CLIENTS = flags.DEFINE_integer(
+    'benchmark_select_clients', 50, 'Select-vs-broadcast: clients per round.')
+_SELECT_ROW_DIM = flags.DEFINE_integer(
+    'benchmark_select_row_dim', 96, 'Select-vs-broadcast: floats per row.')
 
 
 class Skip(Exception):
@@ -719,9 +736,47 @@ def machine() -> str:
           f'TFF {tff.__version__}, load average {os.getloadavg()[0]:.1f} at start')
 
 
+def select_vs_broadcast() -> dict:
+  """Seconds of a select round against a broadcast round of the same payload."""
+  rows = []
+  for bucket in _SELECT_BUCKETS.value:
+    try:
+      bucket_size = int(bucket)
+    except ValueError:
+      raise flag_groups.FlagError(
+          f'--benchmark_select_buckets: {bucket!r} is not an integer') from None
+    rows.append(select_bench.time_select_vs_broadcast(
+        num_keys=_SELECT_KEYS.value, clients=_SELECT_CLIENTS.value,
+        row_dim=_SELECT_ROW_DIM.value, bucket_size=bucket_size))
+    logging.info('select vs broadcast: %s', rows[-1])
+  return {'machine': machine(), 'select_vs_broadcast': rows}
+
+
+def select_markdown(report: dict) -> str:
+  lines = ['# Benchmark: tff.federated_select vs broadcast of the same payload', '',
+           f"Machine: {report['machine']}.", '',
+           '| rows per key | select calls per client | KiB per client | clients | '
+           'select s | broadcast s | select / broadcast |',
+           '|---|---|---|---|---|---|---|']
+  for r in report['select_vs_broadcast']:
+    lines.append(f"| {r['bucket_size']} | {r['select_calls_per_client']} | "
+                 f"{r['bytes_per_client'] / 1024:.0f} | {r['clients']} | "
+                 f"{_fmt(r['select_s'])} | {_fmt(r['broadcast_s'])} | {_fmt(r['ratio'])} |")
+  return '\n'.join(lines) + '\n'
+
+
 def run(output_dir: Optional[str]) -> dict:
   """The benchmark selected by the flags; returns the report dict."""
   runtime_flags.configure_from_flags()
+  if _SELECT_BUCKETS.value:
+    report = select_vs_broadcast()
+    if output_dir:
+      os.makedirs(output_dir, exist_ok=True)
+      with open(os.path.join(output_dir, 'benchmark.json'), 'w') as f:
+        json.dump(report, f, indent=2)
+      with open(os.path.join(output_dir, 'benchmark.md'), 'w') as f:
+        f.write(select_markdown(report))
+    return report
   task_name = flag_groups.TASK.value
   seed = flag_groups.SEED.value
   rounds, warmup = _ROUNDS.value, _WARMUP.value
@@ -815,7 +870,7 @@ def main(argv):
     report = run(flag_groups.OUTPUT_DIR.value)
   except (flag_groups.FlagError, ValueError) as e:
     sys.exit(f'error: {e}')
-  print(markdown(report))
+  print(select_markdown(report) if 'select_vs_broadcast' in report else markdown(report))
 
 
 if __name__ == '__main__':

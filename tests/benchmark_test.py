@@ -68,6 +68,23 @@ class BenchmarkTest(absltest.TestCase):
     self.assertLessEqual(rows['pvt_half']['client_extra_memory_bytes_max'], 1.2 * all_vars)
     self.assertIn('extra mem MiB', table)
 
+  def test_select_vs_broadcast_mode(self):
+    with flagsaver.flagsaver(
+        benchmark_select_buckets=['1', '5'], benchmark_select_keys=10,
+        benchmark_select_clients=2, benchmark_select_row_dim=3,
+        output_dir=self.output_dir):
+      benchmark.main(['benchmark'])
+    with open(os.path.join(self.output_dir, 'benchmark.json')) as f:
+      rows = json.load(f)['select_vs_broadcast']
+    self.assertEqual([r['bucket_size'] for r in rows], [1, 5])
+    self.assertEqual([r['select_calls_per_client'] for r in rows], [10, 2])
+    self.assertEqual([r['bytes_per_client'] for r in rows], [10 * 3 * 4] * 2)
+    for r in rows:
+      self.assertGreater(r['select_s'], 0.0)
+      self.assertAlmostEqual(r['ratio'], r['select_s'] / r['broadcast_s'])
+    with open(os.path.join(self.output_dir, 'benchmark.md')) as f:
+      self.assertIn('| 5 | 2 |', f.read())
+
   def test_bad_custom_config_is_a_clear_error(self):
     with self.assertRaisesRegex(ValueError, 'NAME:ALGORITHM'):
       benchmark.parse_custom('justaname')
