@@ -81,7 +81,6 @@ from scripts.methods import fedavg
 from scripts.methods import fedpt
 from scripts.methods import pvt
 from scripts.methods import select
-from tff_partial.measure import comm
 from tff_partial.measure import memory
 from tff_partial.select import bench as select_bench
 from tff_partial.training import loop
@@ -240,17 +239,14 @@ _NOT_IMPLEMENTED = re.compile('not implemented', re.IGNORECASE)
 
 
 def _build_tff_fedavg(ctx: method.MethodContext, loop) -> method.BuiltMethod:
-  process = tff.learning.algorithms.build_weighted_fed_avg(
-      ctx.task.baseline.model_fn,
-      client_optimizer_fn=ctx.client_optimizer,
-      server_optimizer_fn=ctx.server_optimizer,
-      loop_implementation=loop)
-  weights_type = method.model_weights_type(ctx.task)
-  params = method.count_params(weights_type)
-  return method.BuiltMethod(
-      name='tff_fedavg', process=process, params_total=params,
-      params_trainable=method.count_params(weights_type.trainable),
-      client_model_params=params, bytes=comm.client_bytes(process.next))
+  """TFF's `build_weighted_fed_avg` with its default aggregator and `loop`.
+
+  The same builder as this package's FedAvg method (`scripts/methods/fedavg.py`);
+  what makes it "TFF's" is the client data path (`client_inputs`).
+  """
+  built = fedavg.build(dataclasses.replace(
+      ctx, model_aggregator=None, loop_implementation=loop))
+  return dataclasses.replace(built, name='tff_fedavg')
 
 
 def build_config(config: Config, ctx: method.MethodContext) -> method.BuiltMethod:
@@ -770,12 +766,7 @@ def run(output_dir: Optional[str]) -> dict:
   runtime_flags.configure_from_flags()
   if _SELECT_BUCKETS.value:
     report = select_vs_broadcast()
-    if output_dir:
-      os.makedirs(output_dir, exist_ok=True)
-      with open(os.path.join(output_dir, 'benchmark.json'), 'w') as f:
-        json.dump(report, f, indent=2)
-      with open(os.path.join(output_dir, 'benchmark.md'), 'w') as f:
-        f.write(select_markdown(report))
+    write_report(output_dir, report)
     return report
   task_name = flag_groups.TASK.value
   seed = flag_groups.SEED.value
@@ -854,13 +845,25 @@ def run(output_dir: Optional[str]) -> dict:
     for entry in report['scaling'].values():
       if 'skipped' not in entry and len(cohort_sizes) > 1:
         entry.update(linear_fit(cohort_sizes, entry['median_round_seconds']))
-  if output_dir:
-    os.makedirs(output_dir, exist_ok=True)
-    with open(os.path.join(output_dir, 'benchmark.json'), 'w') as f:
-      json.dump(report, f, indent=2)
-    with open(os.path.join(output_dir, 'benchmark.md'), 'w') as f:
-      f.write(markdown(report))
+  write_report(output_dir, report)
   return report
+
+
+def report_markdown(report: dict) -> str:
+  if 'select_vs_broadcast' in report:
+    return select_markdown(report)
+  return markdown(report)
+
+
+def write_report(output_dir: Optional[str], report: dict) -> None:
+  """benchmark.json and benchmark.md into output_dir (nothing if None)."""
+  if not output_dir:
+    return
+  os.makedirs(output_dir, exist_ok=True)
+  with open(os.path.join(output_dir, 'benchmark.json'), 'w') as f:
+    json.dump(report, f, indent=2)
+  with open(os.path.join(output_dir, 'benchmark.md'), 'w') as f:
+    f.write(report_markdown(report))
 
 
 def main(argv):
@@ -870,7 +873,7 @@ def main(argv):
     report = run(flag_groups.OUTPUT_DIR.value)
   except (flag_groups.FlagError, ValueError) as e:
     sys.exit(f'error: {e}')
-  print(select_markdown(report) if 'select_vs_broadcast' in report else markdown(report))
+  print(report_markdown(report))
 
 
 if __name__ == '__main__':
