@@ -14,6 +14,22 @@ from tasks import registry
 _ARCHIVE_SUFFIXES = ('.tar.xz', '.tar.gz', '.tgz', '.tar')
 
 
+def padding_ignoring_loss(pad_token: int = 0) -> tf.keras.losses.Loss:
+  """Sparse softmax cross-entropy over logits that skips labels == `pad_token`.
+
+  The mean is over the non-padding labels of the batch. Keras's own
+  `ignore_class` does the masking. It is needed because TFF's
+  `from_keras_model` runs the model inside a `tf.function`
+  (`predict_on_batch`), so the `_keras_mask` that `Embedding(mask_zero=True)`
+  attaches to the predictions never reaches the loss: with a plain
+  `SparseCategoricalCrossentropy` every padding position is trained on
+  (TFF's TODO b/145308951), and on short sentences that makes "padding" the
+  argmax at every position.
+  """
+  return tf.keras.losses.SparseCategoricalCrossentropy(
+      from_logits=True, ignore_class=pad_token)
+
+
 def default_cache_dir() -> str:
   return os.environ.get(
       'TFF_PARTIAL_CACHE', os.path.join(os.path.expanduser('~'), '.cache', 'tff_partial'))

@@ -24,7 +24,9 @@ small h5py one is written here; it yields the same elements as TFF's
   (0 is padding; then OOV, BOS, EOS), which is the row of `embedding` and the
   unit of `output` that federated select slices for it. Accuracy excludes
   padding, OOV and EOS, as TFF's `MaskedCategoricalAccuracy` does for Stack
-  Overflow.
+  Overflow. The loss skips padding labels (`data_utils.padding_ignoring_loss`):
+  about two thirds of the labels are padding at sequence length 20, and TFF
+  drops the Keras mask before the loss.
 """
 
 import collections
@@ -249,12 +251,12 @@ def create_word_task(*, train_client_spec, eval_client_spec, data_source, data_d
       train_preprocess_fn=preprocess(train_client_spec),
       eval_preprocess_fn=preprocess(eval_client_spec),
       keras_model_fn=keras_model_fn,
-      loss_fn=_seq_loss,
+      loss_fn=data_utils.padding_ignoring_loss,
       metrics_fn=metrics_fn,
   )
   return registry.Task(
       name='shakespeare_word', baseline=baseline, keras_model_fn=keras_model_fn,
-      loss_fn=_seq_loss, metrics_fn=metrics_fn, data_source=source,
+      loss_fn=data_utils.padding_ignoring_loss, metrics_fn=metrics_fn, data_source=source,
       oov_token=_word_pre.get_special_tokens(
           vocab_size, num_out_of_vocab_buckets=1).out_of_vocab[0],
       data_description=_description(

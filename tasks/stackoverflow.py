@@ -18,7 +18,8 @@ error that says how to get it.
   `embedding`, `position_embedding`, `encoder{i}_attention`,
   `encoder{i}_norm{1,2}`, `encoder{i}_ffn1` (frozen by FedPT one block at a
   time), `encoder{i}_ffn2`, `output`. Accuracy excludes padding, OOV and EOS
-  (TFF's `keras_metrics.MaskedCategoricalAccuracy`).
+  (TFF's `keras_metrics.MaskedCategoricalAccuracy`); the loss skips padding labels
+  (`data_utils.padding_ignoring_loss`).
 * `stackoverflow_tags` (Federated Select, structured keys): TFF's
   tag-prediction preprocessing (normalized bag of words over the n most
   frequent words, multi-hot over the 500 most frequent tags) and TFF's
@@ -38,6 +39,7 @@ from typing import Optional
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tasks import data_utils
 from tasks import registry
 
 _SQLITE = 'stackoverflow.sqlite'
@@ -161,10 +163,6 @@ def create_transformer(vocab_size: int, sequence_length: int = 20, num_layers: i
   return tf.keras.Model(inputs, outputs, name='stackoverflow_transformer')
 
 
-def _seq_loss():
-  return tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-
-
 def create_nwp_task(*, train_client_spec, eval_client_spec, data_source, data_dir,
                     cache_dir, seed, vocab_size, sequence_length,
                     max_sentences_per_client, num_layers, embed_dim, num_heads,
@@ -202,12 +200,12 @@ def create_nwp_task(*, train_client_spec, eval_client_spec, data_source, data_di
       train_preprocess_fn=train_preprocess_fn,
       eval_preprocess_fn=_word_pre.create_preprocess_fn(eval_client_spec, vocab, sequence_length),
       keras_model_fn=keras_model_fn,
-      loss_fn=_seq_loss,
+      loss_fn=data_utils.padding_ignoring_loss,
       metrics_fn=metrics_fn,
   )
   return registry.Task(
       name='stackoverflow_nwp', baseline=baseline, keras_model_fn=keras_model_fn,
-      loss_fn=_seq_loss, metrics_fn=metrics_fn, data_source=source,
+      loss_fn=data_utils.padding_ignoring_loss, metrics_fn=metrics_fn, data_source=source,
       oov_token=special.out_of_vocab[0],
       data_description=(
           f'Stack Overflow next-word prediction from {source}: '

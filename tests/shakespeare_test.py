@@ -92,6 +92,26 @@ class WordTaskTest(tf.test.TestCase):
     _, _, history = task_testing.run_fedavg(task, num_rounds=1, clients_per_round=2)
     self.assertGreater(history[0]['num_examples'], 0)
 
+  def test_tff_loss_skips_padding_labels(self):
+    # TFF's `from_keras_model` loses the Embedding's Keras mask before the loss,
+    # so the task's loss must skip padding itself. With the padding logit
+    # pushed up, a loss that trained on padding would be far below the mean
+    # over real labels.
+    task = _h5_task('shakespeare_word', vocab_size=100, units=8, embedding_dim=4)
+    model = task.baseline.model_fn()
+    output_bias = model.trainable_variables[-1]
+    self.assertEqual(output_bias.shape, (104,))
+    output_bias.assign(tf.one_hot(0, 104) * 10.0)
+    x, y = next(iter(task.baseline.datasets.train_preprocess_fn(
+        task.train_data.create_tf_dataset_for_client(task.train_data.client_ids[1]))))
+    out = model.forward_pass((x, y), training=True)
+    per_label = tf.keras.losses.sparse_categorical_crossentropy(
+        y, out.predictions, from_logits=True).numpy()
+    real = y.numpy() != 0
+    self.assertGreater(np.mean(~real), 0.3)  # padding is a large share of labels
+    self.assertAllClose(out.loss, per_label[real].mean(), rtol=1e-5)
+    self.assertGreater(float(out.loss), per_label.mean() + 1.0)
+
   def test_vocab_is_most_frequent_words(self):
     train, _ = shakespeare.load_h5_shakespeare(
         testing_utils.shared_data(testing_utils.SHAKESPEARE_H5), testing_utils.cache_dir())
