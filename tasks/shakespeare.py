@@ -13,7 +13,10 @@ small h5py one is written here; it yields the same elements as TFF's
 * `shakespeare_char`: TFF's `baselines.shakespeare` char preprocessing
   (sequence length 80, pad 0 / OOV / BOS / EOS tokens) and its model
   (McMahan et al. 2017: embedding 8, two LSTMs, dense over the 90 tokens),
-  with stable layer names `embedding`, `lstm1`, `lstm2`, `output`.
+  with stable layer names `embedding`, `lstm1`, `lstm2`, `output`. Its loss
+  is TFF's baseline loss, which also trains on padding labels (24% of the
+  training labels; see `shakespeare_word`): kept so that results stay
+  comparable with TFF's baseline.
 * `shakespeare_word`: the real-data stand-in for Stack Overflow next-word
   prediction. Snippets are lower-cased, split into sentences at `.!?;:`,
   apostrophes dropped and every other non-letter turned into a word break;
