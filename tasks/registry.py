@@ -167,8 +167,15 @@ def _load_builtin_tasks() -> None:
         raise
 
 
+_builtins_loaded = False
+
+
 def task_specs() -> 'collections.OrderedDict[str, TaskSpec]':
-  if not _REGISTRY:
+  # Not "if the registry is empty": a test that imports one task module first
+  # would otherwise leave the registry with that module's tasks only.
+  global _builtins_loaded
+  if not _builtins_loaded:
+    _builtins_loaded = True
     _load_builtin_tasks()
   return _REGISTRY
 

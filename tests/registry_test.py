@@ -1,5 +1,9 @@
 """Tests of tasks/registry.py and the EMNIST task family (no data loaded)."""
 
+import os
+import subprocess
+import sys
+
 from absl.testing import absltest
 import tensorflow_federated as tff
 
@@ -49,6 +53,19 @@ class RegistryTest(absltest.TestCase):
     self.assertEqual([int(b[0].shape[0]) for b in batches], [4, 4, 4])
     self.assertIs(task.with_max_train_batches(-1), task)
     self.assertEqual(limited.population, task.population)
+
+  def test_all_tasks_registered_when_a_task_module_is_imported_first(self):
+    # Fresh interpreter: here the registry is already complete.
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    code = ('from tasks import stackoverflow\n'
+            'from tasks import registry\n'
+            'print(",".join(registry.task_names()))')
+    out = subprocess.run([sys.executable, '-c', code], cwd=root, check=True,
+                         capture_output=True, text=True,
+                         env=dict(os.environ, PYTHONPATH=root)).stdout
+    names = out.strip().splitlines()[-1].split(',')
+    self.assertContainsSubset(
+        ['emnist_cnn', 'emnist_2nn', 'stackoverflow_nwp', 'shakespeare_word'], names)
 
   def test_duplicate_registration_raises(self):
     with self.assertRaisesRegex(ValueError, 'already registered'):
