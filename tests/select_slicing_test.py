@@ -313,6 +313,28 @@ class KeyPolicyTest(tf.test.TestCase):
         self.assertLen(k, 3)
         self.assertContainsSubset([0, 9], k.tolist())
 
+  def test_padding_kept_local_zero_for_token_groups_without_mask_zero(self):
+    # stackoverflow_nwp's embedding has no mask_zero, and `output` may be
+    # selected alone; the word tasks' loss skips label 0, so padding must stay
+    # the client's local 0 under every policy.
+    model = word_model(vocab=10)
+    tokens = np.array([[3, 3, 3, 5, 5], [7, 7, 1, 3, 2]], np.int32)
+    ds = tf.data.Dataset.from_tensors((tokens, tokens))
+    for layers in (['embedding', 'output'], ['output']):
+      spec = slicing.make_select_spec(model, slicing.group_configs(
+          model, layers, 3, 'top', oov_index=9))
+      group = spec.groups[0]
+      self.assertEqual(group.pad_index, 0)
+      for policy in ('top', 'random', 'random_top'):
+        for r in range(3):
+          k = keys_lib.KeyPolicy(spec, policy, seed=2).client_keys(r, 'a', ds)[group.name]
+          self.assertContainsSubset([0, 9], k.tolist())
+          self.assertEqual(int(slicing.local_indices(group, k, np.array([0]))[0]), 0)
+    # Not a token task (no OOV id): no padding key is forced.
+    spec = slicing.make_select_spec(model, slicing.group_configs(
+        model, ['embedding', 'output'], 3, 'top'))
+    self.assertIsNone(spec.groups[0].pad_index)
+
 
 if __name__ == '__main__':
   tf.test.main()

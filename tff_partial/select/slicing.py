@@ -124,8 +124,10 @@ class SelectGroup:
       `rescale=True`, as inverted dropout does), so that the server model,
       which sums over all K units, sees inputs of the size its clients trained
       with. 1.0 is Algorithm 2 as written.
-    pad_index: 0 when the group's embedding has `mask_zero` (Keras masks
-      local id 0, so every client keeps token 0 as its local 0); else None.
+    pad_index: 0 when token 0 is padding that every client keeps as its local
+      0: the group's embedding has `mask_zero` (Keras masks local id 0), or
+      the group is a token vocabulary (`oov_index` set, TFF's token layout)
+      whose padding labels the word tasks' loss skips as class 0; else None.
   """
 
   name: str
@@ -353,6 +355,12 @@ def make_select_spec(model: tf.keras.Model,
             f'variable {s.name} would be selected by both {used[s.index]} and '
             f'{cfg.layers[0]}; one variable can be sliced by one key space')
       used[s.index] = cfg.layers[0]
+    if cfg.oov_index is not None and (input_role or output_role):
+      # A token vocabulary (TFF's layout: 0 is padding). The loss of the word
+      # tasks skips label 0 (`tasks.data_utils.padding_ignoring_loss`), so
+      # padding must stay local 0 even without a mask_zero embedding in the
+      # group (e.g. `stackoverflow_nwp`, or `output` selected alone).
+      pad_index = 0
     if cfg.bucket_size < 1:
       raise ValueError(f'bucket_size must be >= 1, got {cfg.bucket_size}')
     if cfg.output_scale != 1.0:
