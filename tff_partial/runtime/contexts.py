@@ -26,6 +26,7 @@ loop's checkpoints make the run resumable.
 """
 
 import atexit
+import math
 from typing import Optional, Sequence
 
 from absl import logging
@@ -34,8 +35,11 @@ import psutil
 import tensorflow_federated as tff
 from tensorflow_federated.python.core.backends.native import compiler
 from tensorflow_federated.python.core.environments.tensorflow_frontend import tensorflow_computation
+from tensorflow_federated.python.core.impl.compiler import mergeable_comp_compiler
 from tensorflow_federated.python.core.impl.execution_contexts import async_execution_context
+from tensorflow_federated.python.core.impl.execution_contexts import mergeable_comp_execution_context
 from tensorflow_federated.python.core.impl.executor_stacks import python_executor_stacks
+from tensorflow_federated.python.core.impl.executors import cardinalities_utils
 from tensorflow_federated.python.core.impl.executors import remote_executor
 from tensorflow_federated.python.core.impl.executors import remote_executor_grpc_stub
 
@@ -127,20 +131,66 @@ def _worker_context(address: str, rpc_timeout_s: float):
   )
 
 
+class _BoundedSubroundContext(
+    mergeable_comp_execution_context.MergeableCompExecutionContext):
+  """TFF's mergeable context with at most `max_clients` clients per sub-round.
+
+  TFF's context splits a call's clients into a fixed `num_subrounds` (default:
+  one per worker); each context runs its sub-rounds one after another and the
+  partial aggregates are merged. A worker holds its whole sub-round at once,
+  so its memory grows with the cohort. Here the number of sub-rounds is chosen
+  per call, ceil(clients / max_clients) and at least one per worker, which
+  bounds what a worker holds whatever the cohort. (TFF reads the count from
+  its private `_num_subrounds`; TFF is pinned to 0.87.)
+  """
+
+  def __init__(self, async_contexts, max_clients: int):
+    super().__init__(
+        async_contexts,
+        compiler_fn=mergeable_comp_compiler.compile_to_mergeable_comp_form)
+    if not hasattr(self, '_num_subrounds'):
+      raise RuntimeError('this TFF version has no MergeableCompExecutionContext.'
+                         '_num_subrounds; max_clients_per_subround needs 0.87')
+    self._num_contexts = len(async_contexts)
+    self._max_clients = max_clients
+
+  def invoke(self, comp, arg=None):
+    clients = 0
+    if arg is not None:
+      parameter = (comp.type_signature.parameter if hasattr(comp, 'type_signature')
+                   else comp.up_to_merge.type_signature.parameter)
+      clients = cardinalities_utils.infer_cardinalities(arg, parameter).get(
+          tff.CLIENTS, 0)
+    self._num_subrounds = max(self._num_contexts,
+                              math.ceil(clients / self._max_clients))
+    return super().invoke(comp, arg)
+
+
 def create_context(workers: Sequence[str],
                    rpc_timeout_s: float = DEFAULT_RPC_TIMEOUT_S,
-                   allow_remote: bool = False):
-  """A TFF context spreading each round's clients over `workers` (host:port)."""
+                   allow_remote: bool = False,
+                   max_clients_per_subround: Optional[int] = None):
+  """A TFF context spreading each round's clients over `workers` (host:port).
+
+  `max_clients_per_subround`: None runs one sub-round per worker (TFF's
+  default); K > 0 cuts each call into sub-rounds of at most K clients, run
+  one after another on each worker, which bounds the workers' memory.
+  """
   if not workers:
     raise ValueError('--workers: give at least one host:port')
   if rpc_timeout_s <= 0:
     raise ValueError(f'rpc_timeout_s={rpc_timeout_s} must be > 0')
+  if max_clients_per_subround is not None and max_clients_per_subround < 1:
+    raise ValueError(f'--worker_max_clients_per_subround={max_clients_per_subround} '
+                     'must be >= 1')
   for address in workers:
     workers_lib.split_address(address, allow_remote=allow_remote)
   if len(set(workers)) != len(workers):
     raise ValueError(f'--workers: duplicate addresses in {list(workers)}')
-  return tff.backends.native.create_mergeable_comp_execution_context(
-      [_worker_context(a, rpc_timeout_s) for a in workers])
+  contexts = [_worker_context(a, rpc_timeout_s) for a in workers]
+  if max_clients_per_subround is None:
+    return tff.backends.native.create_mergeable_comp_execution_context(contexts)
+  return _BoundedSubroundContext(contexts, max_clients_per_subround)
 
 
 def _stop_local_runtime_workers() -> None:
@@ -173,7 +223,8 @@ def stop_local_workers_at_exit() -> None:
 def configure(workers: Optional[Sequence[str]],
               rpc_timeout_s: float = DEFAULT_RPC_TIMEOUT_S,
               ready_timeout_s: float = 60.0,
-              allow_remote: bool = False) -> None:
+              allow_remote: bool = False,
+              max_clients_per_subround: Optional[int] = None) -> None:
   """Sets TFF's default context: several workers, or the local C++ runtime.
 
   Args:
@@ -184,6 +235,8 @@ def configure(workers: Optional[Sequence[str]],
       answer in time fails the round with `WorkerError`.
     ready_timeout_s: how long to wait for the workers to accept connections.
     allow_remote: accept hosts that are not loopback (`workers.REMOTE_RISK`).
+    max_clients_per_subround: bound on the clients a worker holds at once
+      (`create_context`); None: one sub-round per worker.
 
   Raises:
     ValueError: an address is not host:port, is repeated, or is not loopback
@@ -197,7 +250,8 @@ def configure(workers: Optional[Sequence[str]],
     _configured_workers = []
     return
   workers = list(workers)
-  context = create_context(workers, rpc_timeout_s, allow_remote=allow_remote)
+  context = create_context(workers, rpc_timeout_s, allow_remote=allow_remote,
+                           max_clients_per_subround=max_clients_per_subround)
   workers_lib.wait_until_ready(workers, ready_timeout_s, allow_remote=allow_remote)
   tff.framework.set_default_context(context)
   _configured_workers = workers

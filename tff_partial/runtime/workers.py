@@ -162,6 +162,21 @@ def listening_addresses(pid: int, port: int) -> set:
   return found
 
 
+def peak_rss_bytes(pid: int) -> int:
+  """Peak resident set size of process `pid` (VmHWM of /proc/PID/status)."""
+  with open(f'/proc/{pid}/status') as f:
+    for line in f:
+      if line.startswith('VmHWM:'):
+        return int(line.split()[1]) * 1024
+  raise WorkerError(f'no VmHWM for process {pid}')
+
+
+def reset_peak_rss(pid: int) -> None:
+  """Resets VmHWM of `pid` to its current RSS (Linux: '5' > clear_refs)."""
+  with open(f'/proc/{pid}/clear_refs', 'w') as f:
+    f.write('5')
+
+
 @dataclasses.dataclass
 class LocalWorker:
   """One running `worker_binary` process, started by this process."""
@@ -190,6 +205,13 @@ class LocalWorker:
     except subprocess.TimeoutExpired:
       self.kill()
 
+  def peak_rss_bytes(self) -> int:
+    """Peak resident memory of the worker (VmHWM) since start or last reset."""
+    return peak_rss_bytes(self.process.pid)
+
+  def reset_peak_rss(self) -> None:
+    reset_peak_rss(self.process.pid)
+
   def wait_ready(self, timeout_s: float = 60.0) -> None:
     """Waits until the worker answers, then checks where it listens.
 
@@ -210,7 +232,9 @@ class LocalWorker:
     wait_until_ready([self.address], max(0.1, deadline - time.monotonic()),
                      allow_remote=True)
     listening = listening_addresses(self.process.pid, self.port)
-    if listening != {str(ipaddress.ip_address(self.bind_host))}:
+    expected = ({self.bind_host} if self.bind_host not in _ANY_HOSTS
+                else set(_ANY_HOSTS))  # gRPC's dual-stack '::' or '0.0.0.0'
+    if not listening or not listening <= expected:
       self.kill()
       raise WorkerError(
           f'TFF worker on port {self.port} listened on {sorted(listening)}, '
