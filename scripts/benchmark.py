@@ -869,8 +869,10 @@ def _record_scaling(report, rows, size) -> None:
       entry['skipped'] = row['skipped']
       continue
     entry['median_round_seconds'].append(row['median_round_seconds'])
-    logging.info('%s: %d clients/round: %.2fs', row['name'], size,
-                 row['median_round_seconds'])
+    entry.setdefault('median_round_cpu_seconds', []).append(
+        row['median_round_cpu_seconds'])
+    logging.info('%s: %d clients/round: %.2fs (%.2f CPU s)', row['name'], size,
+                 row['median_round_seconds'], row['median_round_cpu_seconds'])
 
 
 def report_markdown(report: dict) -> str:

@@ -19,8 +19,8 @@ by the kernel when this process dies (even by SIGKILL) and stopped at exit.
 Like TFF's, it is started on first use and restarted when it has died.
 
 Importing `tff_partial` calls `install_if_tff_default()`, which replaces
-TFF's import-time local context with this one (and leaves any context the
-user set alone). `tff.backends.native.set_sync_local_cpp_execution_context()`
+TFF's local C++ context (the one TFF sets when imported) with this one and
+leaves any other context the user set alone. `tff.backends.native.set_sync_local_cpp_execution_context()`
 brings TFF's own back.
 """
 
