@@ -11,6 +11,7 @@ Needs root and `ip` (iproute2); skips with the reason otherwise. Namespaces
 are removed in every case (class cleanups), and namespaces left by a test
 process that was killed are removed by the next run.
 """
+# bazel: size=large
 
 import asyncio
 import os

@@ -1,4 +1,5 @@
 """Tests of tff_partial.runtime: rounds on several TFF workers."""
+# bazel: size=large
 
 import asyncio
 import gc

@@ -7,6 +7,7 @@ forever. Importing `tff_partial` installs `tff_partial.runtime.local`'s
 context instead; these tests run a user's program in a subprocess and check
 that its worker ends with it, also when the program is killed by SIGKILL.
 """
+# bazel: size=large
 
 import os
 import signal
