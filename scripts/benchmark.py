@@ -842,7 +842,7 @@ def run(output_dir: Optional[str]) -> dict:
       if workers:
         runtime_flags.configure(workers.addresses)
         report['runtime'] = (f'{len(workers)} local workers, at most '
-                             f'{runtime_flags.WORKER_MAX_CLIENTS_PER_SUBROUND.value} '
+                             f'{runtime_flags.WORKER_MAX_CLIENTS_PER_SUBROUND.value or "all"} '
                              'clients per sub-round')
       for size in cohort_sizes:
         with runtime.PeakMemory(workers) as peaks:
