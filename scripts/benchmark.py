@@ -694,7 +694,7 @@ def markdown(report: dict) -> str:
         continue
       lines.append(f"| {name} | " + ' | '.join(_fmt(v) for v in s['median_round_seconds'])
                    + f" | {_fmt(s.get('slope'))} | {_fmt(s.get('intercept'))} | {_fmt(s.get('r2'), '.4f')} |")
-    lines += runtime.PeakMemory.markdown_rows(report)
+    lines += runtime.ResourceUsage.markdown_rows(report)
   lines += ['', 'How to read it: ' + report['method_note'], '']
   for r in report.get('rows', []):
     if r.get('bytes_note'):
@@ -845,13 +845,13 @@ def run(output_dir: Optional[str]) -> dict:
                              f'{runtime_flags.WORKER_MAX_CLIENTS_PER_SUBROUND.value or "all"} '
                              'clients per sub-round')
       for size in cohort_sizes:
-        with runtime.PeakMemory(workers) as peaks:
+        with runtime.ResourceUsage(workers) as usage:
           rows = run_configs(
               configs, task, make_ctx(size),
               [sample_cohort(client_ids, seed, r, size) for r in range(rounds)],
               seed=seed, warmup=warmup, empty_rounds=0, client_memory=None,
               evaluate=False)
-        for key, value in peaks.result().items():
+        for key, value in usage.result().items():
           report.setdefault(key, []).append(value)
         _record_scaling(report, rows, size)
     for entry in report['scaling'].values():

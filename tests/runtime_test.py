@@ -63,12 +63,18 @@ class RuntimeTest(absltest.TestCase):
     local = rt.weights(self.process, self._train(2))
     with runtime.local_workers(2) as workers:
       runtime.configure(workers.addresses, max_clients_per_subround=1)
-      state = self._train(2)
+      with runtime.ResourceUsage(workers) as usage:
+        state = self._train(2)
       context = tff.framework.get_context_stack().current
       # 3 clients, at most 1 per sub-round: 3 sub-rounds on 2 workers.
       self.assertEqual(context._num_subrounds, 3)  # pylint: disable=protected-access
       remote = rt.weights(self.process, state)
     _assert_close(self, local, remote)
+    used = usage.result()
+    self.assertLen(used['worker_cpu_seconds'], 2)
+    for cpu, peak in zip(used['worker_cpu_seconds'], used['worker_peak_rss_bytes']):
+      self.assertGreater(cpu, 0.0)  # both workers ran sub-rounds
+      self.assertGreater(peak, 50 * 2**20)  # a TF runtime is resident
 
   def test_killed_worker_fails_clearly_and_run_resumes(self):
     expected = rt.weights(self.process, self._train(2))
