@@ -11,6 +11,7 @@ import sys
 import tempfile
 import threading
 import time
+from unittest import mock
 
 from absl import flags
 from absl.testing import absltest
@@ -200,6 +201,13 @@ class LocalRuntimeTest(absltest.TestCase):
     with runtime.local_workers(binds=[f'0.0.0.0:{port}'], allow_remote=True) as ws:
       self.assertTrue(ws[0].alive())
       self.assertTrue(rt.accepts(hosts[0], port))
+
+  def test_no_compiler_is_one_clear_error(self):
+    with tempfile.TemporaryDirectory() as cache, mock.patch.dict(
+        os.environ, {'TFF_PARTIAL_CACHE_DIR': cache, 'CC': '', 'PATH': cache}):
+      with self.assertRaisesRegex(runtime.WorkerError,
+                                  'needs a C compiler .* would listen on every interface'):
+        runtime.start_worker()
 
   def test_scripts_workers_binds_prints_workers_and_dies_with_its_parent(self):
     port = workers_lib.portpicker.pick_unused_port()

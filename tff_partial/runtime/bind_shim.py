@@ -168,4 +168,7 @@ def worker_environment(bind_host: str, port: int, parent_pid: int) -> dict:
 
 
 if __name__ == '__main__':  # `make setup` builds the shim ahead of time
-  print(shim_path())
+  try:
+    print(shim_path())
+  except ShimError as e:
+    raise SystemExit(f'error: {e}') from None

@@ -286,8 +286,11 @@ def start_worker(port: Optional[int] = None,
           f'--max_concurrent_computation_calls={max_concurrent_computation_calls}']
   env = dict(os.environ)
   env.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
-  shim_env = bind_shim.worker_environment(
-      None if bind_host in _ANY_HOSTS else bind_host, port, os.getpid())
+  try:
+    shim_env = bind_shim.worker_environment(
+        None if bind_host in _ANY_HOSTS else bind_host, port, os.getpid())
+  except bind_shim.ShimError as e:
+    raise WorkerError(str(e)) from None
   if env.get('LD_PRELOAD'):
     shim_env['LD_PRELOAD'] += ':' + env['LD_PRELOAD']
   env.update(shim_env)
