@@ -854,6 +854,7 @@ def run(output_dir: Optional[str]) -> dict:
         for key, value in usage.result().items():
           report.setdefault(key, []).append(value)
         _record_scaling(report, rows, size)
+        write_report(output_dir, report)  # what finished survives a kill
     for entry in report['scaling'].values():
       if 'skipped' not in entry and len(cohort_sizes) > 1:
         entry.update(linear_fit(cohort_sizes, entry['median_round_seconds']))

@@ -73,7 +73,7 @@ class Host:
     return worker
 
 
-class NetnsTest(absltest.TestCase):
+class NetnsTest(rt.RuntimeTestCase):
 
   @classmethod
   def setUpClass(cls):
@@ -105,13 +105,6 @@ class NetnsTest(absltest.TestCase):
       _ip('-n', name, 'link', 'set', 'lo', 'up')
       cls.hosts.append(Host(name, link, host_address, own_address))
 
-  def setUp(self):
-    super().setUp()
-    runtime.configure(None)
-    self.addCleanup(runtime.configure, None)
-    self.process = rt.fedavg_process()
-    self.data = rt.client_data()
-
   def _workers(self, *hosts):
     started = []
     for host in hosts:
@@ -122,7 +115,7 @@ class NetnsTest(absltest.TestCase):
 
   def _local_result(self, rounds):
     runtime.configure(None)
-    return rt.weights(self.process, rt.train(self.process, self.data, rounds))
+    return rt.weights(self.process, self.train(rounds))
 
   def test_three_rounds_on_two_hosts_equal_the_local_runtime(self):
     expected = self._local_result(3)
@@ -135,10 +128,9 @@ class NetnsTest(absltest.TestCase):
     with self.assertRaisesRegex(ValueError, '--allow_remote_workers'):
       runtime.configure(addresses)
     runtime.configure(addresses, allow_remote=True)
-    state = rt.train(self.process, self.data, 3)
+    state = self.train(3)
     actual = rt.weights(self.process, state)
-    for a, b in zip(expected, actual):
-      np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
+    self.assert_close(expected, actual)
     initial = rt.weights(self.process, self.process.initialize())
     self.assertGreater(np.max(np.abs(actual[0] - initial[0])), 1e-3)
 
@@ -151,7 +143,7 @@ class NetnsTest(absltest.TestCase):
     root = tempfile.mkdtemp()
     self.addCleanup(shutil.rmtree, root, ignore_errors=True)
     checkpoints = tff.program.FileProgramStateManager(root)
-    state = rt.train(self.process, self.data, 1)
+    state = self.train(1)
     asyncio.run(checkpoints.save(state, 1))
     # Mid-round: host b's worker is frozen, round 2 starts and waits on it,
     # then the worker dies.
@@ -164,7 +156,7 @@ class NetnsTest(absltest.TestCase):
       # TFF's context stack is per thread: this thread gets the same context.
       with tff.framework.get_context_stack().install(context):
         try:
-          rt.train(self.process, self.data, 1, state)
+          self.train(1, state)
         except runtime.WorkerError as e:
           errors.append(e)
 
@@ -186,22 +178,21 @@ class NetnsTest(absltest.TestCase):
     restored, version = asyncio.run(
         checkpoints.load_latest(self.process.initialize()))
     self.assertEqual(version, 1)
-    resumed = rt.weights(self.process, rt.train(self.process, self.data, 2, restored))
-    for a, b in zip(expected, resumed):
-      np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
+    resumed = rt.weights(self.process, self.train(2, restored))
+    self.assert_close(expected, resumed)
 
   def test_hung_host_fails_the_round_at_the_rpc_deadline(self):
     workers = self._workers(*self.hosts)
     timeout_s = 3.0
     runtime.configure([w.address for w in workers], allow_remote=True,
                       rpc_timeout_s=timeout_s)
-    state = rt.train(self.process, self.data, 1)  # compiled and warm
+    state = self.train(1)  # compiled and warm
     os.kill(workers[0].process.pid, signal.SIGSTOP)  # alive, never answers
     start = time.monotonic()
     with self.assertRaisesRegex(
         runtime.WorkerError,
         f'TFF worker {re.escape(workers[0].address)} did not answer .* within 3s'):
-      rt.train(self.process, self.data, 1, state)
+      self.train(1, state)
     self.assertGreaterEqual(time.monotonic() - start, timeout_s)
 
   def test_a_loopback_worker_is_unreachable_from_another_host(self):

@@ -30,47 +30,30 @@ from tff_partial.runtime import workers as workers_lib
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _assert_close(test, expected, actual):
-  test.assertLen(actual, len(expected))
-  for a, b in zip(expected, actual):
-    # Sub-round sums are merged in a different order than one worker adds.
-    np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
-
-
-class RuntimeTest(absltest.TestCase):
-
-  def setUp(self):
-    super().setUp()
-    runtime.configure(None)
-    self.addCleanup(runtime.configure, None)
-    self.process = rt.fedavg_process()
-    self.data = rt.client_data()
-
-  def _train(self, rounds, state=None):
-    return rt.train(self.process, self.data, rounds, state)
+class RuntimeTest(rt.RuntimeTestCase):
 
   def test_two_workers_give_the_local_result(self):
     initial = rt.weights(self.process, self.process.initialize())
-    local = rt.weights(self.process, self._train(2))
+    local = rt.weights(self.process, self.train(2))
     with runtime.local_workers(2) as workers:
       runtime.configure(workers.addresses)
       self.assertEqual(runtime.configured_workers(), workers.addresses)
-      remote = rt.weights(self.process, self._train(2))
-    _assert_close(self, local, remote)
+      remote = rt.weights(self.process, self.train(2))
+    self.assert_close(local, remote)
     # The rounds trained something (the test would pass on a no-op otherwise).
     self.assertGreater(np.max(np.abs(local[0] - initial[0])), 1e-3)
 
   def test_bounded_subrounds_give_the_local_result(self):
-    local = rt.weights(self.process, self._train(2))
+    local = rt.weights(self.process, self.train(2))
     with runtime.local_workers(2) as workers:
       runtime.configure(workers.addresses, max_clients_per_subround=1)
       with runtime.ResourceUsage(workers) as usage:
-        state = self._train(2)
+        state = self.train(2)
       context = tff.framework.get_context_stack().current
       # 3 clients, at most 1 per sub-round: 3 sub-rounds on 2 workers.
       self.assertEqual(context._num_subrounds, 3)  # pylint: disable=protected-access
       remote = rt.weights(self.process, state)
-    _assert_close(self, local, remote)
+    self.assert_close(local, remote)
     used = usage.result()
     self.assertLen(used['worker_cpu_seconds'], 2)
     for cpu, peak in zip(used['worker_cpu_seconds'], used['worker_peak_rss_bytes']):
@@ -78,19 +61,19 @@ class RuntimeTest(absltest.TestCase):
       self.assertGreater(peak, 50 * 2**20)  # a TF runtime is resident
 
   def test_killed_worker_fails_clearly_and_run_resumes(self):
-    expected = rt.weights(self.process, self._train(2))
+    expected = rt.weights(self.process, self.train(2))
     root = tempfile.mkdtemp()
     self.addCleanup(shutil.rmtree, root, ignore_errors=True)
     checkpoints = tff.program.FileProgramStateManager(root)
     with runtime.local_workers(2) as workers:
       runtime.configure(workers.addresses)
-      state = self._train(1)
+      state = self.train(1)
       asyncio.run(checkpoints.save(state, 1))
       workers[1].kill()
       start = time.monotonic()
       with self.assertRaisesRegex(runtime.WorkerError,
                                   f'worker {workers[1].address} is unreachable'):
-        self._train(1, state)
+        self.train(1, state)
       self.assertLess(time.monotonic() - start, 30.0)  # no hang
     # Resume: new workers, the same flags, the last checkpoint.
     with runtime.local_workers(2) as workers:
@@ -98,13 +81,13 @@ class RuntimeTest(absltest.TestCase):
       restored, version = asyncio.run(
           checkpoints.load_latest(self.process.initialize()))
       self.assertEqual(version, 1)
-      resumed = rt.weights(self.process, self._train(1, restored))
-    _assert_close(self, expected, resumed)
+      resumed = rt.weights(self.process, self.train(1, restored))
+    self.assert_close(expected, resumed)
 
   def test_worker_killed_while_rounds_run_fails_without_hang(self):
     with runtime.local_workers(2) as workers:
       runtime.configure(workers.addresses)
-      state = self._train(1)  # compiled and warm
+      state = self.train(1)  # compiled and warm
       killer = threading.Timer(1.0, workers[0].kill)
       killer.start()
       self.addCleanup(killer.cancel)

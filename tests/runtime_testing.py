@@ -4,10 +4,13 @@ import collections
 import ipaddress
 import socket
 
+from absl.testing import absltest
 import numpy as np
 import psutil
 import tensorflow as tf
 import tensorflow_federated as tff
+
+from tff_partial import runtime
 
 NUM_CLIENTS = 3
 
@@ -59,6 +62,26 @@ def train(process, data, rounds, state=None):
   for _ in range(rounds):
     state = process.next(state, data).state
   return state
+
+
+class RuntimeTestCase(absltest.TestCase):
+  """Each test starts on the local runtime with a fresh tiny FedAvg."""
+
+  def setUp(self):
+    super().setUp()
+    runtime.configure(None)
+    self.addCleanup(runtime.configure, None)
+    self.process = fedavg_process()
+    self.data = client_data()
+
+  def train(self, rounds, state=None):
+    return train(self.process, self.data, rounds, state)
+
+  def assert_close(self, expected, actual):
+    self.assertLen(actual, len(expected))
+    for a, b in zip(expected, actual):
+      # Sub-round sums are merged in a different order than one worker adds.
+      np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
 
 
 def host_addresses() -> list[str]:
