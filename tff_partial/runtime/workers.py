@@ -139,7 +139,11 @@ def listening_addresses(pid: int, port: int) -> set:
   """
   inodes = set()
   fd_dir = f'/proc/{pid}/fd'
-  for fd in os.listdir(fd_dir):
+  try:
+    fds = os.listdir(fd_dir)
+  except OSError:  # the process has exited
+    return set()
+  for fd in fds:
     try:
       target = os.readlink(os.path.join(fd_dir, fd))
     except OSError:
@@ -151,7 +155,7 @@ def listening_addresses(pid: int, port: int) -> set:
     try:
       with open(f'/proc/{pid}/net/{table}') as f:
         lines = f.readlines()[1:]
-    except FileNotFoundError:  # no IPv6 in this kernel
+    except OSError:  # no IPv6 in this kernel, or the process has exited
       continue
     for line in lines:
       fields = line.split()
