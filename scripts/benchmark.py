@@ -694,6 +694,10 @@ def markdown(report: dict) -> str:
         continue
       lines.append(f"| {name} | " + ' | '.join(_fmt(v) for v in s['median_round_seconds'])
                    + f" | {_fmt(s.get('slope'))} | {_fmt(s.get('intercept'))} | {_fmt(s.get('r2'), '.4f')} |")
+      if s.get('cpu_fit'):
+        fit = s['cpu_fit']
+        lines.append(f"| {name} CPU s | " + ' | '.join(_fmt(v) for v in s['median_round_cpu_seconds'])
+                     + f" | {_fmt(fit['slope'])} | {_fmt(fit['intercept'])} | {_fmt(fit['r2'], '.4f')} |")
     lines += runtime.ResourceUsage.markdown_rows(report)
   lines += ['', 'How to read it: ' + report['method_note'], '']
   for r in report.get('rows', []):
@@ -858,6 +862,7 @@ def run(output_dir: Optional[str]) -> dict:
     for entry in report['scaling'].values():
       if 'skipped' not in entry and len(cohort_sizes) > 1:
         entry.update(linear_fit(cohort_sizes, entry['median_round_seconds']))
+        entry['cpu_fit'] = linear_fit(cohort_sizes, entry['median_round_cpu_seconds'])
   write_report(output_dir, report)
   return report
 

@@ -39,7 +39,7 @@ WORKER_MAX_CLIENTS_PER_SUBROUND = flags.DEFINE_integer(
     'With --workers: cut each round into sub-rounds of at most this many '
     'clients, run one after another on each worker and merged (TFF\'s '
     'mergeable aggregation). A worker holds every client of its sub-round at '
-    'once (about 4.5x the model\'s bytes per client: ~30 MB for '
+    'once (about 4.5x the model\'s bytes per client: ~31 MiB for '
     'emnist_cnn_gn), so this bounds worker memory whatever the cohort; each '
     'extra sub-round costs ~0.1-0.2 CPU s. 0: one sub-round per worker '
     '(TFF\'s default, memory grows with the cohort).', lower_bound=0)
