@@ -791,6 +791,9 @@ def run(output_dir: Optional[str]) -> dict:
   task = flag_groups.create_task(task_name)
   client_ids = list(task.train_data.client_ids)
   scaling = _COHORTS.value is not None
+  if _LOCAL_WORKERS.value and (not scaling or runtime_flags.WORKERS.value):
+    raise flag_groups.FlagError(
+        '--benchmark_local_workers needs --benchmark_cohorts and no --workers')
   cohort_sizes = ([int(c) for c in _COHORTS.value] if scaling
                   else [flag_groups.CLIENTS_PER_ROUND.value])
   for c in cohort_sizes:
