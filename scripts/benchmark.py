@@ -56,6 +56,7 @@ show whether the cost grows linearly.
 """
 
 import collections
+import contextlib
 import dataclasses
 import json
 import os
@@ -81,6 +82,7 @@ from scripts.methods import fedavg
 from scripts.methods import fedpt
 from scripts.methods import pvt
 from scripts.methods import select
+from tff_partial import runtime
 from tff_partial.measure import memory
 from tff_partial.select import bench as select_bench
 from tff_partial.training import loop
@@ -145,6 +147,11 @@ _COHORTS = flags.DEFINE_list(
     'benchmark_cohorts', None,
     'Clients per round to sweep (scaling mode), e.g. 10,50,100,200; a cohort '
     'larger than the population samples clients with replacement.')
+_LOCAL_WORKERS = flags.DEFINE_integer(
+    'benchmark_local_workers', 0,
+    'Scaling mode: start this many TFF workers on loopback for the sweep '
+    '(instead of --workers; --worker_max_clients_per_subround applies) and '
+    'report each worker\'s peak resident memory (VmHWM) per cohort.')
 _KERAS = flags.DEFINE_bool(
     'benchmark_keras', True, 'Also measure centralized Keras model.fit throughput.')
 _MEMORY = flags.DEFINE_bool(
@@ -687,6 +694,11 @@ def markdown(report: dict) -> str:
         continue
       lines.append(f"| {name} | " + ' | '.join(_fmt(v) for v in s['median_round_seconds'])
                    + f" | {_fmt(s.get('slope'))} | {_fmt(s.get('intercept'))} | {_fmt(s.get('r2'), '.4f')} |")
+      if s.get('cpu_fit'):
+        fit = s['cpu_fit']
+        lines.append(f"| {name} CPU s | " + ' | '.join(_fmt(v) for v in s['median_round_cpu_seconds'])
+                     + f" | {_fmt(fit['slope'])} | {_fmt(fit['intercept'])} | {_fmt(fit['r2'], '.4f')} |")
+    lines += runtime.ResourceUsage.markdown_rows(report)
   lines += ['', 'How to read it: ' + report['method_note'], '']
   for r in report.get('rows', []):
     if r.get('bytes_note'):
@@ -779,6 +791,9 @@ def run(output_dir: Optional[str]) -> dict:
   task = flag_groups.create_task(task_name)
   client_ids = list(task.train_data.client_ids)
   scaling = _COHORTS.value is not None
+  if _LOCAL_WORKERS.value and (not scaling or runtime_flags.WORKERS.value):
+    raise flag_groups.FlagError(
+        '--benchmark_local_workers needs --benchmark_cohorts and no --workers')
   cohort_sizes = ([int(c) for c in _COHORTS.value] if scaling
                   else [flag_groups.CLIENTS_PER_ROUND.value])
   for c in cohort_sizes:
@@ -828,25 +843,45 @@ def run(output_dir: Optional[str]) -> dict:
     report['cohorts'] = cohort_sizes
     report['scaling'] = collections.OrderedDict(
         (c.name, {'median_round_seconds': []}) for c in configs)
-    for size in cohort_sizes:
-      cohorts = [sample_cohort(client_ids, seed, r, size) for r in range(rounds)]
-      rows = run_configs(configs, task, make_ctx(size), cohorts, seed=seed,
-                         warmup=warmup, empty_rounds=0, client_memory=None,
-                         evaluate=False)
-      for row in rows:
-        entry = report['scaling'][row['name']]
-        if 'skipped' in row:
-          entry.clear()
-          entry['skipped'] = row['skipped']
-          continue
-        entry['median_round_seconds'].append(row['median_round_seconds'])
-        logging.info('%s: %d clients/round: %.2fs', row['name'], size,
-                     row['median_round_seconds'])
+    sweep_workers = (runtime.local_workers(_LOCAL_WORKERS.value) if _LOCAL_WORKERS.value
+                     else contextlib.nullcontext(runtime.LocalWorkers()))
+    with sweep_workers as workers:
+      if workers:
+        runtime_flags.configure(workers.addresses)
+        report['runtime'] = (f'{len(workers)} local workers, at most '
+                             f'{runtime_flags.WORKER_MAX_CLIENTS_PER_SUBROUND.value or "all"} '
+                             'clients per sub-round')
+      for size in cohort_sizes:
+        with runtime.ResourceUsage(workers) as usage:
+          rows = run_configs(
+              configs, task, make_ctx(size),
+              [sample_cohort(client_ids, seed, r, size) for r in range(rounds)],
+              seed=seed, warmup=warmup, empty_rounds=0, client_memory=None,
+              evaluate=False)
+        for key, value in usage.result().items():
+          report.setdefault(key, []).append(value)
+        _record_scaling(report, rows, size)
+        write_report(output_dir, report)  # what finished survives a kill
     for entry in report['scaling'].values():
       if 'skipped' not in entry and len(cohort_sizes) > 1:
         entry.update(linear_fit(cohort_sizes, entry['median_round_seconds']))
+        entry['cpu_fit'] = linear_fit(cohort_sizes, entry['median_round_cpu_seconds'])
   write_report(output_dir, report)
   return report
+
+
+def _record_scaling(report, rows, size) -> None:
+  for row in rows:
+    entry = report['scaling'][row['name']]
+    if 'skipped' in row:
+      entry.clear()
+      entry['skipped'] = row['skipped']
+      continue
+    entry['median_round_seconds'].append(row['median_round_seconds'])
+    entry.setdefault('median_round_cpu_seconds', []).append(
+        row['median_round_cpu_seconds'])
+    logging.info('%s: %d clients/round: %.2fs (%.2f CPU s)', row['name'], size,
+                 row['median_round_seconds'], row['median_round_cpu_seconds'])
 
 
 def report_markdown(report: dict) -> str:

@@ -4,10 +4,12 @@
 `configure_from_flags()` once before building processes:
 
   --workers=127.0.0.1:10001,127.0.0.1:10002   clients spread over these workers
-  --workers=                                  (default) TFF's local C++ runtime
+  --workers=                                  (default) the local C++ runtime
+  --workers=10.0.0.5:10001 --allow_remote_workers   workers on other hosts
 
 Start workers with `python -m scripts.workers --num_workers=2` (prints the
---workers value) or `tff_partial.runtime.local_workers(n)` in Python.
+--workers value) or `tff_partial.runtime.local_workers(n)` in Python; on other
+hosts, see docs/distributed.md.
 """
 
 from absl import flags
@@ -17,23 +19,51 @@ from tff_partial import runtime
 
 WORKERS = flags.DEFINE_list(
     'workers', [],
-    'Comma-separated loopback host:port of running TFF worker_binary '
-    'processes; each round\'s clients are spread over them. Empty: TFF\'s '
-    'local C++ runtime.')
+    'Comma-separated host:port of running TFF worker_binary processes; each '
+    'round\'s clients are spread over them. Empty: the local C++ runtime. '
+    'Hosts must be loopback unless --allow_remote_workers is given.')
+ALLOW_REMOTE_WORKERS = flags.DEFINE_bool(
+    'allow_remote_workers', False,
+    'Accept --workers (and scripts.workers --bind) addresses that are not '
+    f'loopback. {runtime.REMOTE_RISK}. Use it only over an SSH tunnel '
+    '(then the addresses stay loopback and this flag is not needed) or on a '
+    'private network that only you can reach (docs/distributed.md).')
 WORKER_RPC_TIMEOUT_S = flags.DEFINE_float(
     'worker_rpc_timeout_s', 600.0,
     'Deadline in seconds of every call to a worker; a worker that dies or '
     'does not answer in time fails the round with a clear error (rerun with '
     'the same flags to resume from the last checkpoint).')
 
-FLAG_NAMES = ('workers', 'worker_rpc_timeout_s')
+WORKER_MAX_CLIENTS_PER_SUBROUND = flags.DEFINE_integer(
+    'worker_max_clients_per_subround', 50,
+    'With --workers: cut each round into sub-rounds of at most this many '
+    'clients, run one after another on each worker and merged (TFF\'s '
+    'mergeable aggregation). A worker holds every client of its sub-round at '
+    'once (about 4.5x the model\'s bytes per client: ~31 MiB for '
+    'emnist_cnn_gn), so this bounds worker memory whatever the cohort; each '
+    'extra sub-round costs ~0.1-0.2 CPU s. 0: one sub-round per worker '
+    '(TFF\'s default, memory grows with the cohort).', lower_bound=0)
+
+FLAG_NAMES = ('workers', 'allow_remote_workers', 'worker_rpc_timeout_s',
+              'worker_max_clients_per_subround')
 
 
 def configure_from_flags() -> None:
   """Sets TFF's execution context from --workers; FlagError on bad input."""
+  configure(WORKERS.value)
+
+
+def configure(workers) -> None:
+  """Sets TFF's execution context on `workers` (host:port list) with this module's flags.
+
+  Raises:
+    flag_groups.FlagError: a bad or unreachable address (one line).
+  """
   try:
-    runtime.configure(WORKERS.value, rpc_timeout_s=WORKER_RPC_TIMEOUT_S.value)
+    runtime.configure(workers, rpc_timeout_s=WORKER_RPC_TIMEOUT_S.value,
+                      allow_remote=ALLOW_REMOTE_WORKERS.value,
+                      max_clients_per_subround=WORKER_MAX_CLIENTS_PER_SUBROUND.value or None)
   except ValueError as e:
     raise flag_groups.FlagError(str(e)) from e
   except runtime.WorkerError as e:
-    raise flag_groups.FlagError(f'--workers={",".join(WORKERS.value)}: {e}') from e
+    raise flag_groups.FlagError(f'--workers={",".join(workers)}: {e}') from e

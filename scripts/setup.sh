@@ -32,6 +32,11 @@ else
   echo "setup: .venv up to date"
 fi
 
+# TFF's worker_binary cannot choose its listening address: the package preloads
+# a small shim into it that binds it to loopback (tff_partial/runtime/bind_shim.py,
+# stdlib only). Build it now (it is cached; a missing one is built on first use).
+.venv/bin/python tff_partial/runtime/bind_shim.py >/dev/null || { echo "setup: the worker bind shim could not be built" >&2; exit 1; }
+
 if [ "$WITH_BAZEL" = 1 ]; then
   if ! command -v bazel >/dev/null 2>&1 || [ ! -d /usr/src/bazel-bootstrap/mock_repos ]; then
     SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo

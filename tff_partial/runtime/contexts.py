@@ -10,7 +10,12 @@ computations of this package's processes (`LearningProcess.next`: a broadcast,
 client training, one weighted mean / sum per aggregate) this is the same
 round as on one worker.
 
-`configure([])` (or `configure(None)`) restores TFF's local C++ runtime.
+`configure([])` (or `configure(None)`) restores the local C++ runtime
+(`tff_partial.runtime.local`: TFF's local context with its worker on loopback).
+
+Addresses must be loopback unless `allow_remote=True`: TFF's workers speak
+plaintext, unauthenticated gRPC and run any graph they are sent
+(`workers.REMOTE_RISK`, docs/distributed.md).
 
 Failure handling (written here, TFF has none for this): TFF's gRPC stub marks
 UNAVAILABLE as retryable and its async context retries such errors forever,
@@ -21,6 +26,7 @@ loop's checkpoints make the run resumable.
 """
 
 import atexit
+import math
 from typing import Optional, Sequence
 
 from absl import logging
@@ -28,23 +34,21 @@ import grpc
 import psutil
 import tensorflow_federated as tff
 from tensorflow_federated.python.core.backends.native import compiler
+from tensorflow_federated.python.core.backends.native import mergeable_comp_compiler
 from tensorflow_federated.python.core.environments.tensorflow_frontend import tensorflow_computation
 from tensorflow_federated.python.core.impl.execution_contexts import async_execution_context
+from tensorflow_federated.python.core.impl.execution_contexts import mergeable_comp_execution_context
 from tensorflow_federated.python.core.impl.executor_stacks import python_executor_stacks
+from tensorflow_federated.python.core.impl.executors import cardinalities_utils
 from tensorflow_federated.python.core.impl.executors import remote_executor
 from tensorflow_federated.python.core.impl.executors import remote_executor_grpc_stub
 
+from tff_partial.runtime import local
 from tff_partial.runtime import workers as workers_lib
 
 WorkerError = workers_lib.WorkerError
 
 DEFAULT_RPC_TIMEOUT_S = 600.0
-_GRPC_MAX_MESSAGE_BYTES = 2 * 1000 * 1000 * 1000
-_GRPC_OPTIONS = [
-    ('grpc.max_message_length', _GRPC_MAX_MESSAGE_BYTES),
-    ('grpc.max_receive_message_length', _GRPC_MAX_MESSAGE_BYTES),
-    ('grpc.max_send_message_length', _GRPC_MAX_MESSAGE_BYTES),
-]
 
 _configured_workers: list[str] = []
 
@@ -53,7 +57,7 @@ class _DeadlineStub(remote_executor_grpc_stub.RemoteExecutorGrpcStub):
   """TFF's executor stub with a deadline per RPC and non-retryable failures."""
 
   def __init__(self, address: str, rpc_timeout_s: float):
-    super().__init__(grpc.insecure_channel(address, _GRPC_OPTIONS))
+    super().__init__(grpc.insecure_channel(address, workers_lib.GRPC_OPTIONS))
     self._address = address
     self._timeout = rpc_timeout_s
 
@@ -127,27 +131,75 @@ def _worker_context(address: str, rpc_timeout_s: float):
   )
 
 
+class _BoundedSubroundContext(
+    mergeable_comp_execution_context.MergeableCompExecutionContext):
+  """TFF's mergeable context with at most `max_clients` clients per sub-round.
+
+  TFF's context splits a call's clients into a fixed `num_subrounds` (default:
+  one per worker); each context runs its sub-rounds one after another and the
+  partial aggregates are merged. A worker holds its whole sub-round at once,
+  so its memory grows with the cohort. Here the number of sub-rounds is chosen
+  per call, ceil(clients / max_clients) and at least one per worker, which
+  bounds what a worker holds whatever the cohort. (TFF reads the count from
+  its private `_num_subrounds`; TFF is pinned to 0.87.)
+  """
+
+  def __init__(self, async_contexts, max_clients: int):
+    super().__init__(
+        async_contexts,
+        compiler_fn=mergeable_comp_compiler.compile_to_mergeable_comp_form)
+    if not hasattr(self, '_num_subrounds'):
+      raise RuntimeError('this TFF version has no MergeableCompExecutionContext.'
+                         '_num_subrounds; max_clients_per_subround needs 0.87')
+    self._num_contexts = len(async_contexts)
+    self._max_clients = max_clients
+
+  def invoke(self, comp, arg=None):
+    clients = 0
+    if arg is not None:
+      parameter = (comp.type_signature.parameter if hasattr(comp, 'type_signature')
+                   else comp.up_to_merge.type_signature.parameter)
+      clients = cardinalities_utils.infer_cardinalities(arg, parameter).get(
+          tff.CLIENTS, 0)
+    self._num_subrounds = max(self._num_contexts,
+                              math.ceil(clients / self._max_clients))
+    return super().invoke(comp, arg)
+
+
 def create_context(workers: Sequence[str],
-                   rpc_timeout_s: float = DEFAULT_RPC_TIMEOUT_S):
-  """A TFF context spreading each round's clients over `workers` (host:port)."""
+                   rpc_timeout_s: float = DEFAULT_RPC_TIMEOUT_S,
+                   allow_remote: bool = False,
+                   max_clients_per_subround: Optional[int] = None):
+  """A TFF context spreading each round's clients over `workers` (host:port).
+
+  `max_clients_per_subround`: None runs one sub-round per worker (TFF's
+  default); K > 0 cuts each call into sub-rounds of at most K clients, run
+  one after another on each worker, which bounds the workers' memory.
+  """
   if not workers:
     raise ValueError('--workers: give at least one host:port')
   if rpc_timeout_s <= 0:
     raise ValueError(f'rpc_timeout_s={rpc_timeout_s} must be > 0')
+  if max_clients_per_subround is not None and max_clients_per_subround < 1:
+    raise ValueError(f'--worker_max_clients_per_subround={max_clients_per_subround} '
+                     'must be >= 1')
   for address in workers:
-    workers_lib.split_address(address)
+    workers_lib.split_address(address, allow_remote=allow_remote)
   if len(set(workers)) != len(workers):
     raise ValueError(f'--workers: duplicate addresses in {list(workers)}')
-  return tff.backends.native.create_mergeable_comp_execution_context(
-      [_worker_context(a, rpc_timeout_s) for a in workers])
+  contexts = [_worker_context(a, rpc_timeout_s) for a in workers]
+  if max_clients_per_subround is None:
+    return tff.backends.native.create_mergeable_comp_execution_context(contexts)
+  return _BoundedSubroundContext(contexts, max_clients_per_subround)
 
 
 def _stop_local_runtime_workers() -> None:
-  """Kills the `worker_binary` children TFF's local runtime started.
+  """Kills the `worker_binary` children of this process (TFF's own local context's).
 
   TFF's local C++ context stops its worker only in a `__del__` that does not
   run at interpreter exit, so every finished Python process leaves an orphan
-  worker behind (dozens accumulate on a shared machine and keep using CPU).
+  worker behind. `local.LocalContext` (the package's default) does not need
+  this; it covers a program that set TFF's own context back.
   """
   for child in psutil.Process().children(recursive=True):
     try:
@@ -170,29 +222,37 @@ def stop_local_workers_at_exit() -> None:
 
 def configure(workers: Optional[Sequence[str]],
               rpc_timeout_s: float = DEFAULT_RPC_TIMEOUT_S,
-              ready_timeout_s: float = 60.0) -> None:
+              ready_timeout_s: float = 60.0,
+              allow_remote: bool = False,
+              max_clients_per_subround: Optional[int] = None) -> None:
   """Sets TFF's default context: several workers, or the local C++ runtime.
 
   Args:
-    workers: 'host:port' of running TFF workers (loopback only); empty or None
-      restores TFF's local C++ runtime (one worker it starts itself).
+    workers: 'host:port' of running TFF workers; empty or None restores the
+      local C++ runtime (`local.LocalContext`, one loopback worker it starts
+      itself).
     rpc_timeout_s: deadline of every call to a worker; a worker that does not
       answer in time fails the round with `WorkerError`.
     ready_timeout_s: how long to wait for the workers to accept connections.
+    allow_remote: accept hosts that are not loopback (`workers.REMOTE_RISK`).
+    max_clients_per_subround: bound on the clients a worker holds at once
+      (`create_context`); None: one sub-round per worker.
 
   Raises:
-    ValueError: an address is not loopback host:port, or is repeated.
+    ValueError: an address is not host:port, is repeated, or is not loopback
+      without `allow_remote`.
     WorkerError: a worker is not reachable.
   """
   global _configured_workers
   stop_local_workers_at_exit()
   if not workers:
-    tff.backends.native.set_sync_local_cpp_execution_context()
+    local.install()
     _configured_workers = []
     return
   workers = list(workers)
-  context = create_context(workers, rpc_timeout_s)
-  workers_lib.wait_until_ready(workers, ready_timeout_s)
+  context = create_context(workers, rpc_timeout_s, allow_remote=allow_remote,
+                           max_clients_per_subround=max_clients_per_subround)
+  workers_lib.wait_until_ready(workers, ready_timeout_s, allow_remote=allow_remote)
   tff.framework.set_default_context(context)
   _configured_workers = workers
   logging.info('TFF runtime: %d workers (%s)', len(workers), ', '.join(workers))

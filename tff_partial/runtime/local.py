@@ -1,0 +1,126 @@
+"""TFF's local C++ runtime, with its worker on loopback and tied to this process.
+
+TFF sets its local C++ context as the default when `tensorflow_federated` is
+imported (`tff.backends.native.set_sync_local_cpp_execution_context`). Its
+worker (`executor_factory.local_cpp_executor_factory`):
+* listens on every interface, although only this process connects to it;
+* writes to this process's stdout and stderr;
+* is stopped only by `ServiceManager.__del__`, which fails at interpreter
+  shutdown ("'NoneType' object has no attribute 'Popen'"). So every program
+  that ran a computation leaves an orphan worker, and the orphan keeps the
+  program's stdout open: `python prog.py | tail` never returns.
+
+`create_local_context` builds the same context (TFF's `RemoteExecutor` on one
+`worker_binary`, TFF's native compiler and TensorFlow argument transforms,
+TFF's `ResourceManagingExecutorFactory`), so every computation runs exactly
+as on TFF's local runtime; only the worker differs: it is started by
+`workers.start_worker`, i.e. on 127.0.0.1, with its output discarded, killed
+by the kernel when this process dies (even by SIGKILL) and stopped at exit.
+Like TFF's, it is started on first use and restarted when it has died.
+
+Importing `tff_partial` calls `install_if_tff_default()`, which replaces
+TFF's local C++ context (the one TFF sets when imported) with this one and
+leaves any other context the user set alone. `tff.backends.native.set_sync_local_cpp_execution_context()`
+brings TFF's own back.
+"""
+
+import threading
+
+import grpc
+import tensorflow_federated as tff
+from tensorflow_federated.python.core.backends.native import compiler
+from tensorflow_federated.python.core.environments.tensorflow_frontend import tensorflow_computation
+from tensorflow_federated.python.core.impl.context_stack import context_stack_impl
+from tensorflow_federated.python.core.impl.execution_contexts import sync_execution_context
+from tensorflow_federated.python.core.impl.executor_stacks import python_executor_stacks
+from tensorflow_federated.python.core.impl.executors import remote_executor
+from tensorflow_federated.python.core.impl.executors import remote_executor_grpc_stub
+
+from tff_partial.runtime import workers as workers_lib
+
+# How TFF's own import-time context is recognized (its executor stack
+# function), so that a context the user set is never replaced.
+_TFF_LOCAL_STACK_FN = 'local_cpp_executor_factory.<locals>.stack_fn'
+
+
+class _LocalService:
+  """The local runtime's one worker: started on first use, restarted if dead."""
+
+  def __init__(self, max_concurrent_computation_calls: int,
+               ready_timeout_s: float):
+    self._max_calls = max_concurrent_computation_calls
+    self._ready_timeout_s = ready_timeout_s
+    self._lock = threading.Lock()
+    self.worker = None
+    self._stub = None
+
+  def stub(self) -> remote_executor_grpc_stub.RemoteExecutorGrpcStub:
+    with self._lock:
+      if self._stub is not None and self.worker.alive() and self._stub.is_ready:
+        return self._stub
+      if self.worker is not None:
+        self.worker.stop()
+      worker = workers_lib.start_worker(
+          max_concurrent_computation_calls=self._max_calls)
+      worker.wait_ready(self._ready_timeout_s)
+      self.worker = worker
+      self._stub = remote_executor_grpc_stub.RemoteExecutorGrpcStub(
+          grpc.insecure_channel(worker.address, workers_lib.GRPC_OPTIONS))
+      return self._stub
+
+
+class LocalContext(sync_execution_context.SyncExecutionContext):
+  """TFF's synchronous local C++ context on a worker of `workers.start_worker`.
+
+  `.worker` is the running `workers.LocalWorker` (None before first use).
+  """
+
+  def __init__(self, default_num_clients: int = 0,
+               max_concurrent_computation_calls: int = -1,
+               ready_timeout_s: float = 60.0):
+    self._service = _LocalService(max_concurrent_computation_calls,
+                                  ready_timeout_s)
+
+    def stack_fn(cardinalities):
+      if cardinalities.get(tff.CLIENTS) is None:
+        cardinalities[tff.CLIENTS] = default_num_clients
+      executor = remote_executor.RemoteExecutor(self._service.stub())
+      executor.set_cardinalities(cardinalities)
+      return executor
+
+    super().__init__(
+        executor_fn=python_executor_stacks.ResourceManagingExecutorFactory(
+            executor_stack_fn=stack_fn),
+        compiler_fn=compiler.desugar_and_transform_to_native,
+        transform_args=tensorflow_computation.transform_args,
+        transform_result=tensorflow_computation.transform_result)
+
+  @property
+  def worker(self):
+    return self._service.worker
+
+
+def install(max_concurrent_computation_calls: int = -1) -> LocalContext:
+  """Sets a new `LocalContext` as TFF's default context and returns it."""
+  context = LocalContext(
+      max_concurrent_computation_calls=max_concurrent_computation_calls)
+  tff.framework.set_default_context(context)
+  return context
+
+
+def _is_tff_local_default(context) -> bool:
+  factory = getattr(context, 'executor_factory', None)
+  stack_fn = getattr(factory, '_executor_stack_fn', None)
+  return getattr(stack_fn, '__qualname__', None) == _TFF_LOCAL_STACK_FN
+
+
+def install_if_tff_default() -> bool:
+  """Replaces TFF's own import-time local context by a `LocalContext`.
+
+  Returns whether it did; any other default context (one the user set) is
+  kept.
+  """
+  if _is_tff_local_default(context_stack_impl.context_stack.current):
+    install()
+    return True
+  return False
