@@ -22,13 +22,37 @@ import tensorflow_federated as tff
 # Private TFF helper (also used by tff.aggregators.DifferentiallyPrivateFactory).
 from tensorflow_federated.python.core.impl.types import type_conversions
 
+from tff_partial.privacy import statistics
 
-def _median_over_axis0(stack: tf.Tensor) -> tf.Tensor:
-  ordered = tf.sort(stack, axis=0)
-  n = tf.shape(ordered)[0]
-  low = tf.gather(ordered, (n - 1) // 2)
-  high = tf.gather(ordered, n // 2)
-  return (low + high) / tf.cast(2, ordered.dtype)
+
+def masked_median(stack: tf.Tensor, present=None) -> tf.Tensor:
+  """Per coordinate, the median over axis 0 of the entries that are `present`.
+
+  Args:
+    stack: `[N, *shape]` values of N clients.
+    present: bool, broadcastable to `stack`'s shape: which clients hold each
+      coordinate (PVT: trained the variable; select: chose the key). None:
+      all of them.
+
+  Returns:
+    `[*shape]`: the median of the present values (the mean of the two middle
+    ones for an even count), and 0 where no client is present.
+  """
+  if present is None:
+    present = tf.ones_like(stack, tf.bool)
+  present = tf.broadcast_to(present, tf.shape(stack))
+  # Absent entries sort last (+inf); the median then sits at the positions
+  # (c-1)//2 and c//2 of the c present ones.
+  ordered = tf.sort(tf.where(present, stack, tf.cast(float('inf'), stack.dtype)), axis=0)
+  count = tf.reduce_sum(tf.cast(present, tf.int32), axis=0)
+  last = tf.maximum(count - 1, 0)
+
+  def at(position):  # ordered[position[j], j] for every coordinate j
+    return tf.experimental.numpy.take_along_axis(ordered, position[tf.newaxis], axis=0)[0]
+
+  low, high = at(last // 2), at(tf.minimum(count // 2, last))
+  median = (low + high) / tf.cast(2, ordered.dtype)
+  return tf.where(count > 0, median, tf.zeros_like(median))
 
 
 def _flat(value):
@@ -38,7 +62,15 @@ def _flat(value):
 
 
 class CoordinateMedianFactory(tff.aggregators.UnweightedAggregationFactory):
-  """`UnweightedAggregationFactory` of the element-wise median of client values."""
+  """`UnweightedAggregationFactory` of the element-wise median of client values.
+
+  A robust statistic (MEDIAN), not a sum: it cannot serve as the inner sum of
+  a masked or per-key mean; PVT and federated select use their own medians
+  over the clients that trained a variable / chose a key
+  (`tff_partial.masks.MaskedMedianFactory`, `tff_partial.select.DeselectMedianFactory`).
+  """
+
+  statistic = statistics.MEDIAN
 
   def create(self, value_type) -> tff.templates.AggregationProcess:
     # TFF's DifferentiallyPrivateFactory uses the same conversion: it gives the
@@ -68,7 +100,7 @@ class CoordinateMedianFactory(tff.aggregators.UnweightedAggregationFactory):
 
     @tff.tensorflow.computation(stack_type)
     def report(stack):
-      medians = [_median_over_axis0(s) for s in _flat(stack)]
+      medians = [masked_median(s) for s in _flat(stack)]
       if isinstance(value_type, tff.TensorType):
         return medians[0]
       return tf.nest.pack_sequence_as(specs, medians)
