@@ -118,8 +118,10 @@ METHODS = collections.OrderedDict([
 ])
 
 
-def case_flags(method_name: str, aggregator: str) -> dict:
-  values = dict(METHODS[method_name], aggregator=aggregator, clients_per_round=len(EXAMPLES),
+def case_flags(method, aggregator: str) -> dict:
+  """Flags of a case; `method` names a METHODS entry or is a dict of method flags."""
+  method_flags = METHODS[method] if isinstance(method, str) else method
+  values = dict(method_flags, aggregator=aggregator, clients_per_round=len(EXAMPLES),
                 total_rounds=ROUNDS, client_optimizer='sgd', client_learning_rate=CLIENT_LR,
                 server_optimizer='sgd', server_learning_rate=1.0, seed=3,
                 client_loop='iterator')
@@ -128,8 +130,11 @@ def case_flags(method_name: str, aggregator: str) -> dict:
   return values
 
 
-def build(task, method_name: str, aggregator: str):
-  """(BuiltMethod, AggregatorChoice) through scripts.train, or FlagError."""
+def build(task, method_name, aggregator: str):
+  """(BuiltMethod, AggregatorChoice) through scripts.train, or FlagError.
+
+  `method_name`: a METHODS entry, or a dict of method flags.
+  """
   from scripts import train  # pylint: disable=g-import-not-at-top
   if not flags.FLAGS.is_parsed():
     flags.FLAGS.mark_as_parsed()
@@ -274,3 +279,40 @@ def run_case(test_case, task, method_name, aggregator, mean_built=None, atol=2e-
 def _data(value):
   dataset = value['data'] if isinstance(value, dict) else value
   return list(dataset)
+
+
+# Combinations refused by design at flag validation, and why (docs/privacy.md).
+REFUSED = {
+    (m, a): 'keys chosen from a client\'s data'
+    for m in ('select_top', 'select_random_top', 'select_mixed') for a in DP
+}
+
+
+class MatrixTestCase(tf.test.TestCase):
+  """Runs every aggregator of a method against the numpy reference."""
+
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    if not flags.FLAGS.is_parsed():
+      flags.FLAGS.mark_as_parsed()
+    cls.task = tiny_task()
+
+  def check_method(self, method_name):
+    from scripts import flag_groups  # pylint: disable=g-import-not-at-top
+    mean_built = None
+    for aggregator in AGGREGATORS:
+      with self.subTest(method=method_name, aggregator=aggregator):
+        if (method_name, aggregator) in REFUSED:
+          with self.assertRaises(flag_groups.FlagError) as raised:
+            build(self.task, method_name, aggregator)
+          message = str(raised.exception)
+          self.assertIn(REFUSED[(method_name, aggregator)], message)
+          self.assertNotIn('\n', message)
+          continue
+        if mean_built is None:
+          mean_built = build(self.task, method_name, 'mean')[0]
+        seconds, results = run_case(self, self.task, method_name, aggregator, mean_built)
+        # The reference is not trivially zero: the clients moved the model.
+        self.assertGreater(max(np.abs(e).max() for _, exp in results for e in exp), 1e-3)
+        print(f'{method_name} x {aggregator}: {seconds:.1f}s')
