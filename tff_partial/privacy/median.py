@@ -52,7 +52,9 @@ def masked_median(stack: tf.Tensor, present=None) -> tf.Tensor:
 
   low, high = at(last // 2), at(tf.minimum(count // 2, last))
   median = (low + high) / tf.cast(2, ordered.dtype)
-  return tf.where(count > 0, median, tf.zeros_like(median))
+  result = tf.where(count > 0, median, tf.zeros_like(median))
+  result.set_shape(stack.shape[1:])  # take_along_axis loses the static shape
+  return result
 
 
 def _flat(value):
