@@ -25,7 +25,6 @@ Federated type signature of `next`:
 
 import collections
 
-import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 from tensorflow_federated.python.core.impl.types import type_conversions
@@ -42,33 +41,17 @@ class MaskedMedianFactory(tff.aggregators.WeightedAggregationFactory):
 
   def create(self, value_type, weight_type) -> tff.templates.AggregationProcess:
     update_type, n = masked_mean._check_value_type(value_type)  # pylint: disable=protected-access
-    leaves = tff.structure.flatten(update_type)
     # The Python container structure the update arrives in (as TFF's
     # DifferentiallyPrivateFactory converts it).
     specs = type_conversions.type_to_tf_tensor_specs(update_type)
-    stack_type = tff.types.StructWithPythonType(
-        [tff.TensorType(t.dtype, [None] + list(t.shape)) for t in leaves]
-        + [tff.TensorType(np.float32, [None, n])], list)
 
-    @tff.tensorflow.computation
-    def zeros():
-      return ([tf.zeros([0] + list(t.shape), t.dtype) for t in leaves]
-              + [tf.zeros([0, n], tf.float32)])
+    def rows(value):
+      return tf.nest.flatten(value['update']) + [value['mask']]
 
-    @tff.tensorflow.computation(stack_type, value_type)
-    def accumulate(stack, value):
-      rows = tf.nest.flatten(value['update']) + [value['mask']]
-      return [tf.concat([s, r[tf.newaxis]], 0) for s, r in zip(stack, rows)]
-
-    @tff.tensorflow.computation(stack_type, stack_type)
-    def merge(a, b):
-      return [tf.concat([x, y], 0) for x, y in zip(a, b)]
-
-    @tff.tensorflow.computation(stack_type)
-    def report(stack):
-      masks = stack[-1]
+    def report(stacks):
+      masks = stacks[-1]
       medians = []
-      for i, s in enumerate(stack[:-1]):
+      for i, s in enumerate(stacks[:-1]):
         present = tf.reshape(masks[:, i] > 0, [-1] + [1] * (len(s.shape) - 1))
         medians.append(median.masked_median(s, present))
       return collections.OrderedDict(
@@ -79,19 +62,8 @@ class MaskedMedianFactory(tff.aggregators.WeightedAggregationFactory):
     def trained_flags(value):
       return tf.cast(value['mask'] > 0, tf.int32)
 
-    @tff.federated_computation
-    def init_fn():
-      return tff.federated_value((), tff.SERVER)
-
-    @tff.federated_computation(init_fn.type_signature.result,
-                               tff.FederatedType(value_type, tff.CLIENTS),
-                               tff.FederatedType(weight_type, tff.CLIENTS))
-    def next_fn(state, value, weight):
-      del weight  # a median is unweighted
-      result = tff.federated_aggregate(value, zeros(), accumulate, merge, report)
-      measurements = tff.federated_zip(collections.OrderedDict(
+    def measure(value):
+      return tff.federated_zip(collections.OrderedDict(
           clients_per_variable=tff.federated_sum(tff.federated_map(trained_flags, value))))
-      return tff.templates.MeasuredProcessOutput(state, result, measurements)
 
-    return tff.templates.AggregationProcess(init_fn, next_fn)
-
+    return median.build_stacking_process(value_type, rows, report, weight_type, measure)

@@ -177,22 +177,14 @@ class DPFTRLFactory(dp_mean.DPMeanFactory):
   preset uses. `sum_factory` is the residual sum without the division.
   """
 
-  def __init__(
-      self,
-      noise_multiplier: float,
-      clients_per_round: int,
-      clip_norm: float,
-      restart_period: Optional[int] = None,
-      noise_seed: Optional[int] = None,
-      use_efficient: bool = True,
-      record_aggregation_factory: Optional[
-          tff.aggregators.UnweightedAggregationFactory] = None,
-  ):
-    """As `DPFTRLSumFactory`; `clients_per_round` (> 0) is the denominator."""
+  def __init__(self, noise_multiplier: float, clients_per_round: int,
+               clip_norm: float, restart_period: Optional[int] = None, **kwargs):
+    """As `DPFTRLSumFactory` (`noise_seed`, `use_efficient`,
+    `record_aggregation_factory` by keyword); `clients_per_round` (> 0) is the
+    fixed denominator."""
     _check_positive(clients_per_round, 'clients_per_round')
     super().__init__(
-        DPFTRLSumFactory(noise_multiplier, clip_norm, restart_period, noise_seed,
-                         use_efficient, record_aggregation_factory),
+        DPFTRLSumFactory(noise_multiplier, clip_norm, restart_period, **kwargs),
         denominator=clients_per_round)
 
   @property

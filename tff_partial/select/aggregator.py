@@ -311,39 +311,18 @@ class DeselectMedianFactory(tff.aggregators.WeightedAggregationFactory):
                       f'upload type of the select spec {expected}')
 
     def rows(upload):
-      """One client's dense tensors (views, key indicators, broadcast), flat."""
+      """One client's dense tensors: views, key indicators, broadcast (flat)."""
       acc = scatter_upload(spec, upload, tf.constant(1.0))
       views = [v for g in spec.groups for v in acc['views'][g.name]]
       counts = [acc['counts'][g.name] for g in spec.groups]
       return views + counts + list(acc['broadcast'])
 
-    @tff.tensorflow.computation(value_type)
-    def dense(upload):
-      return rows(upload)
-
-    row_types = tff.structure.flatten(dense.type_signature.result)
-    stack_type = tff.types.StructWithPythonType(
-        [tff.TensorType(t.dtype, [None] + list(t.shape)) for t in row_types], list)
-
-    @tff.tensorflow.computation
-    def zeros():
-      return [tf.zeros([0] + list(t.shape), t.dtype) for t in row_types]
-
-    @tff.tensorflow.computation(stack_type, value_type)
-    def accumulate(stack, upload):
-      return [tf.concat([s, r[tf.newaxis]], 0) for s, r in zip(stack, rows(upload))]
-
-    @tff.tensorflow.computation(stack_type, stack_type)
-    def merge(a, b):
-      return [tf.concat([x, y], 0) for x, y in zip(a, b)]
-
-    @tff.tensorflow.computation(stack_type)
-    def report(stack):
-      stack = list(stack)
+    def report(stacks):
+      stacks = list(stacks)
       views_stack = collections.OrderedDict()
       for g in spec.groups:
-        views_stack[g.name] = tuple(stack.pop(0) for _ in g.slices)
-      counts_stack = collections.OrderedDict((g.name, stack.pop(0)) for g in spec.groups)
+        views_stack[g.name] = tuple(stacks.pop(0) for _ in g.slices)
+      counts_stack = collections.OrderedDict((g.name, stacks.pop(0)) for g in spec.groups)
       out = [None] * spec.num_trainable
       for g in spec.groups:
         chose = counts_stack[g.name] > 0  # [N, num_keys]
@@ -353,21 +332,8 @@ class DeselectMedianFactory(tff.aggregators.WeightedAggregationFactory):
           medians.append(median.masked_median(v, present))
         for sl, var in zip(g.slices, slicing.views_to_variables(spec, g, medians)):
           out[sl.index] = var
-      for i, b in zip(spec.broadcast_indices, stack):
+      for i, b in zip(spec.broadcast_indices, stacks):
         out[i] = median.masked_median(b)
       return out
 
-    @tff.federated_computation
-    def init_fn():
-      return tff.federated_value((), tff.SERVER)
-
-    @tff.federated_computation(init_fn.type_signature.result,
-                               tff.FederatedType(value_type, tff.CLIENTS),
-                               tff.FederatedType(weight_type, tff.CLIENTS))
-    def next_fn(state, value, weight):
-      del weight  # a median is unweighted
-      result = tff.federated_aggregate(value, zeros(), accumulate, merge, report)
-      return tff.templates.MeasuredProcessOutput(
-          state=state, result=result, measurements=tff.federated_value((), tff.SERVER))
-
-    return tff.templates.AggregationProcess(init_fn, next_fn)
+    return median.build_stacking_process(value_type, rows, report, weight_type)
