@@ -63,6 +63,13 @@ def upload_type(spec: slicing.SelectSpec, dtype=None):
                                   collections.OrderedDict)
 
 
+def _check_upload_type(name, spec, value_type):
+  expected = upload_type(spec)
+  if not expected.is_assignable_from(value_type):
+    raise TypeError(f'{name}: value type {value_type} is not the upload type of '
+                    f'the select spec {expected}')
+
+
 def _zero_accumulator(spec):
   views = collections.OrderedDict(
       (g.name, tuple(tf.zeros([g.num_keys] + list(s.slice_shape(g.bucket_size)))
@@ -159,10 +166,7 @@ class DeselectMeanFactory(tff.aggregators.WeightedAggregationFactory):
 
   def create(self, value_type, weight_type) -> tff.templates.AggregationProcess:
     spec = self._spec
-    expected = upload_type(spec)
-    if not expected.is_assignable_from(value_type):
-      raise TypeError(f'DeselectMeanFactory: value type {value_type} is not the '
-                      f'upload type of the select spec {expected}')
+    _check_upload_type('DeselectMeanFactory', spec, value_type)
     if self._mean_factory is not None:
       return self._create_paper_mean(value_type, weight_type)
     if self._value_sum_factory is None:
@@ -305,10 +309,7 @@ class DeselectMedianFactory(tff.aggregators.WeightedAggregationFactory):
 
   def create(self, value_type, weight_type) -> tff.templates.AggregationProcess:
     spec = self._spec
-    expected = upload_type(spec)
-    if not expected.is_assignable_from(value_type):
-      raise TypeError(f'DeselectMedianFactory: value type {value_type} is not the '
-                      f'upload type of the select spec {expected}')
+    _check_upload_type('DeselectMedianFactory', spec, value_type)
 
     def rows(upload):
       """One client's dense tensors: views, key indicators, broadcast (flat)."""
