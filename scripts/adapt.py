@@ -123,27 +123,17 @@ def _apply_run_flags(saved: dict) -> None:
 
 
 def _train(task, run_dir: str) -> None:
-  """Trains into run_dir with scripts.train's method/aggregator flags and loop."""
-  # pylint: disable=g-import-not-at-top
-  from scripts import methods
-  from scripts.methods import aggregators
-  from tff_partial.training import loop
-  algorithm = flags.FLAGS.algorithm
-  for holder in (flag_groups.TOTAL_ROUNDS, flag_groups.CLIENTS_PER_ROUND,
-                 flag_groups.ROUNDS_PER_EVAL, flag_groups.ROUNDS_PER_CHECKPOINT):
-    flag_groups.check_positive(holder)
-  methods.method_module(algorithm).validate_flags()
-  aggregators.validate_flags(algorithm)
+  """Trains into run_dir through scripts.train's one training path.
+
+  Same validation, builder and `train.train_built` as `scripts.train`, so
+  the aggregator's requirements come along (DP-FTRL's epoch sampler: each
+  client at most once per epoch, as its epsilon assumes).
+  """
+  train.validate_training_flags()
   built, choice = train.build(task)
   own = {holder.name for holder in _OWN_FLAGS}
   run_flags = {k: v for k, v in train.run_flags().items() if k not in own}
-  loop.run_training(
-      task, built, total_rounds=flag_groups.TOTAL_ROUNDS.value,
-      clients_per_round=flag_groups.CLIENTS_PER_ROUND.value,
-      seed=flag_groups.SEED.value, output_dir=run_dir,
-      rounds_per_eval=flag_groups.ROUNDS_PER_EVAL.value,
-      rounds_per_checkpoint=flag_groups.ROUNDS_PER_CHECKPOINT.value,
-      epsilon_fn=choice.epsilon_fn, run_flags=run_flags)
+  train.train_built(task, built, choice, run_dir, run_flags, print_fn=logging.info)
 
 
 def load_weights(path: str) -> list:

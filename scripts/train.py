@@ -43,7 +43,11 @@ def _fail(message: str) -> None:
   sys.exit(2)
 
 
-def _validate_common() -> None:
+def validate_training_flags() -> None:
+  """Checks the training flags (rounds, method, aggregator); `FlagError` if bad.
+
+  What `scripts.train` and `scripts.adapt --train_if_missing` both check.
+  """
   for holder in (flag_groups.TOTAL_ROUNDS, flag_groups.CLIENTS_PER_ROUND,
                  flag_groups.ROUNDS_PER_EVAL, flag_groups.ROUNDS_PER_CHECKPOINT):
     flag_groups.check_positive(holder)
@@ -58,6 +62,10 @@ def _validate_common() -> None:
             f'--algorithm={algorithm}')
   _METHOD_MODULES[algorithm].validate_flags()
   aggregators.validate_flags(algorithm)
+
+
+def _validate_common() -> None:
+  validate_training_flags()
   if not _DRY_RUN.value and not flag_groups.EXPERIMENT_NAME.value:
     raise flag_groups.FlagError('--experiment_name is required to train (outputs go to '
                                 '<root_output_dir>/<experiment_name>/)')
@@ -94,6 +102,33 @@ def build(task: registry.Task):
   return _METHOD_MODULES[_ALGORITHM.value].build(ctx), choice
 
 
+def train_built(task: registry.Task, built: method_lib.BuiltMethod,
+                choice: aggregators.AggregatorChoice, output_dir: str, run_flags: dict,
+                print_fn=print) -> loop.TrainingResult:
+  """The one training path of the binaries: the shared loop with everything the
+  aggregator choice needs (DP-FTRL's client order, epsilon, the privacy note).
+
+  `scripts.train` and `scripts.adapt --train_if_missing` both train here, so a
+  mechanism's guarantee (e.g. each client at most once per DP-FTRL epoch)
+  comes with either binary.
+  """
+  return loop.run_training(
+      task,
+      built,
+      total_rounds=flag_groups.TOTAL_ROUNDS.value,
+      clients_per_round=flag_groups.CLIENTS_PER_ROUND.value,
+      seed=flag_groups.SEED.value,
+      output_dir=output_dir,
+      rounds_per_eval=flag_groups.ROUNDS_PER_EVAL.value,
+      rounds_per_checkpoint=flag_groups.ROUNDS_PER_CHECKPOINT.value,
+      epsilon_fn=choice.epsilon_fn,
+      client_indices_fn=choice.client_indices_fn,
+      run_flags=run_flags,
+      print_fn=print_fn,
+      privacy_note=choice.privacy_note,
+  )
+
+
 def main(argv):
   if len(argv) > 1:
     _fail(f'unexpected arguments: {" ".join(argv[1:])}')
@@ -115,31 +150,25 @@ def main(argv):
     report.update(total_rounds=total_rounds,
                   clients_per_round=flag_groups.CLIENTS_PER_ROUND.value,
                   aggregator=flags.FLAGS.aggregator)
+    if choice.privacy_note:
+      report['privacy_note'] = choice.privacy_note
     print(json.dumps(report, sort_keys=True))
     return
   output_dir = os.path.join(flag_groups.ROOT_OUTPUT_DIR.value, flag_groups.EXPERIMENT_NAME.value)
   logging.info('task %s: %s', task.name, task.data_description)
   logging.info('writing to %s', output_dir)
   try:
-    result = loop.run_training(
-        task,
-        built,
-        total_rounds=total_rounds,
-        clients_per_round=flag_groups.CLIENTS_PER_ROUND.value,
-        seed=flag_groups.SEED.value,
-        output_dir=output_dir,
-        rounds_per_eval=flag_groups.ROUNDS_PER_EVAL.value,
-        rounds_per_checkpoint=flag_groups.ROUNDS_PER_CHECKPOINT.value,
-        epsilon_fn=choice.epsilon_fn,
-        client_indices_fn=choice.client_indices_fn,
-        run_flags=run_flags(),
-        print_fn=print,
-    )
+    result = train_built(task, built, choice, output_dir, run_flags())
   except loop.RunConfigMismatchError as e:
     _fail(str(e))
   except runtime_flags.runtime.WorkerError as e:
     _fail(f'{e} (the run can be resumed from its last checkpoint: rerun with the same flags)')
-  print(json.dumps({'final_eval': result.final_eval, 'output_dir': output_dir}, sort_keys=True))
+  final = {'final_eval': result.final_eval, 'output_dir': output_dir}
+  if choice.epsilon_fn is not None:
+    final['epsilon'] = epsilon
+    if choice.privacy_note:
+      final['privacy_note'] = choice.privacy_note
+  print(json.dumps(final, sort_keys=True))
 
 
 if __name__ == '__main__':

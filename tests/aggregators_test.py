@@ -69,7 +69,13 @@ class AggregatorFlagsTest(tf.test.TestCase):
 
   def test_dp_gaussian_default_delta_is_one_over_population(self):
     choice = self._build(aggregator='dp_gaussian', noise_multiplier=1.0, clip_norm=0.1)
-    self.assertIsInstance(choice.factory, tff.aggregators.DifferentiallyPrivateFactory)
+    # TFF's gaussian_fixed composition (NormalizedQuery over GaussianSumQuery),
+    # with the sum itself for PVT.
+    self.assertIsInstance(choice.factory, privacy.DPMeanFactory)
+    self.assertIsInstance(choice.factory.sum_factory, privacy.GaussianSumFactory)
+    self.assertEqual(choice.factory.denominator, 10.0)
+    self.assertEqual(choice.statistic, 'fixed_denominator_mean')
+    self.assertIsNone(choice.privacy_note)
     self.assertAlmostEqual(choice.target_delta, 1e-3)
     self.assertAlmostEqual(choice.epsilon_fn(50),
                            accounting.dp_fedavg_epsilon(1.0, 50, 10, 1000, 1e-3))
@@ -81,6 +87,18 @@ class AggregatorFlagsTest(tf.test.TestCase):
         accounting.dp_fedavg_epsilon(1.0, 50, 100, 1000, 1e-3, 'without_replacement'))
     with self.assertRaisesRegex(flag_groups.FlagError, 'noise_multiplier.*clients_per_round'):
       self._build(aggregator='dp_gaussian', noise_multiplier=1.0, dp_adaptive_clip=True)
+
+  def test_noise_seed_is_secret_unless_given(self):
+    for name in ('dp_ftrl', 'dp_gaussian'):
+      with self.subTest(name):
+        choice = self._build(aggregator=name, seed=5)
+        self.assertFalse(choice.factory.sum_factory.noise_seed_is_public)
+        self.assertIsNone(choice.privacy_note)
+        choice = self._build(aggregator=name, dp_noise_seed=5)
+        self.assertTrue(choice.factory.sum_factory.noise_seed_is_public)
+        self.assertEqual(choice.privacy_note, aggregators.PRIVACY_NOTE)
+    with self.assertRaisesRegex(flag_groups.FlagError, '--dp_noise_seed.*--dp_adaptive_clip'):
+      self._build(aggregator='dp_gaussian', dp_noise_seed=5, dp_adaptive_clip=True)
 
   def test_bad_input_names_the_flag(self):
     cases = [
@@ -107,7 +125,7 @@ class AggregatorFlagsTest(tf.test.TestCase):
   def test_flag_names_are_the_dp_flags(self):
     self.assertCountEqual(aggregators.FLAG_NAMES, (
         'noise_multiplier', 'clip_norm', 'target_delta', 'dp_adaptive_clip',
-        'dp_sampling', 'dp_ftrl_restart'))
+        'dp_sampling', 'dp_ftrl_restart', 'dp_noise_seed'))
     for name in aggregators.FLAG_NAMES:
       self.assertIn(name, flags.FLAGS)
 

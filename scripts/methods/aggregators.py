@@ -7,6 +7,15 @@
 2021), `dp_gaussian` (DP-FedAvg, McMahan et al. 2018) and `median` (Yin et al.
 2018) return an *unweighted* factory from `tff_partial.privacy`; every method
 must then aggregate its client updates with it unweighted (docs/privacy.md).
+`AggregatorChoice.statistic` says what the factory computes: the DP ones a
+fixed-denominator mean (`privacy.DPMeanFactory`, whose `sum_factory` is the
+same mechanism as a sum, for methods that divide by their own public counts:
+PVT), the median a robust statistic. docs/privacy.md has the matrix of
+methods x aggregators.
+
+Noise seed: DP noise is secret by default (a seed from the operating system,
+never saved with the run). `--dp_noise_seed` makes it reproducible for
+simulations, and every epsilon printed then carries `PRIVACY_NOTE`.
 
 DP-FTRL's server update is built from --server_optimizer (sgd or sgdm),
 --server_learning_rate and --server_momentum. Measured on the FEMNIST sample
@@ -24,6 +33,7 @@ import tensorflow_federated as tff
 from scripts import flag_groups
 from tff_partial import privacy
 from tff_partial.privacy import accounting
+from tff_partial.privacy import statistics
 from tff_partial.training import method
 
 AGGREGATORS = ('mean', 'dp_ftrl', 'dp_gaussian', 'median')
@@ -33,9 +43,19 @@ DP_FTRL_SERVER_OPTIMIZERS = ('sgd', 'sgdm')
 # Federated select key policies whose keys do not depend on client data.
 SELECT_POLICIES_UNDER_DP = ('random',)
 
+# Printed with every epsilon of a run whose DP noise seed is public.
+PRIVACY_NOTE = 'noise seed public: no privacy guarantee'
+
 _AGGREGATOR = flags.DEFINE_enum(
-    'aggregator', 'mean', AGGREGATORS, 'How client model updates are aggregated.'
-)
+    'aggregator', 'mean', AGGREGATORS,
+    'How client model updates are aggregated. mean: the method\'s weighted '
+    'mean (PVT: per variable over its trainers; select: per key over the '
+    'clients that chose it). median: coordinate-wise median (PVT: over the '
+    'variable\'s trainers; select: over the key\'s choosers). dp_gaussian, '
+    'dp_ftrl: clip, noise the sum, divide by clients_per_round (PVT: by each '
+    'variable\'s public trainer count; select: the paper\'s eq. 5 over all '
+    'clients_per_round clients, so steps are about m/K of mean\'s). '
+    'Matrix: docs/privacy.md.')
 NOISE_MULTIPLIER = flags.DEFINE_float(
     'noise_multiplier', 1.0,
     'DP: Gaussian noise std / --clip_norm (per tree node for dp_ftrl). 0 = no noise.')
@@ -57,12 +77,20 @@ DP_FTRL_RESTART = flags.DEFINE_bool(
     'dp_ftrl_restart', True,
     'dp_ftrl: restart the tree after every epoch (population // clients_per_round rounds).')
 
+DP_NOISE_SEED = flags.DEFINE_integer(
+    'dp_noise_seed', None,
+    'DP (simulations only): a public seed of the DP noise, for reproducible '
+    'runs. Anyone who knows it can subtract the noise: every epsilon printed '
+    f'then says "{PRIVACY_NOTE}". Default: secret noise (a seed from the OS, '
+    'not saved with the run).')
+
 FLAG_NAMES = ('noise_multiplier', 'clip_norm', 'target_delta', 'dp_adaptive_clip',
-              'dp_sampling', 'dp_ftrl_restart')
+              'dp_sampling', 'dp_ftrl_restart', 'dp_noise_seed')
 _FLAGS_OF = {
-    'dp_ftrl': ('noise_multiplier', 'clip_norm', 'target_delta', 'dp_ftrl_restart'),
+    'dp_ftrl': ('noise_multiplier', 'clip_norm', 'target_delta', 'dp_ftrl_restart',
+                'dp_noise_seed'),
     'dp_gaussian': ('noise_multiplier', 'clip_norm', 'target_delta', 'dp_adaptive_clip',
-                    'dp_sampling'),
+                    'dp_sampling', 'dp_noise_seed'),
     'median': (),
     'mean': (),
 }
@@ -71,6 +99,14 @@ _FLAGS_OF = {
 @dataclasses.dataclass(frozen=True)
 class AggregatorChoice:
   """factory: None means the method's default weighted mean.
+
+  statistic: what `factory` computes, from `tff_partial.privacy.statistics`:
+    WEIGHTED_MEAN (`mean`: factory None, each method's own weighted mean),
+    FIXED_DENOMINATOR_MEAN (dp_*: `privacy.DPMeanFactory`, (clipped sum +
+    noise) / clients_per_round; its `sum_factory` is the same mechanism as a
+    sum, for methods that divide by their own public counts) or MEDIAN.
+  privacy_note: None, or `PRIVACY_NOTE` when the DP noise seed is public
+    (--dp_noise_seed): to print with every epsilon.
 
   server_optimizer: replaces the flag-built server optimizer when the mechanism
     needs its own (DP-FTRL); None keeps it.
@@ -83,6 +119,8 @@ class AggregatorChoice:
   """
 
   factory: Optional[method.AggregationFactory] = None
+  statistic: str = statistics.WEIGHTED_MEAN
+  privacy_note: Optional[str] = None
   server_optimizer: Optional[tff.learning.optimizers.Optimizer] = None
   epsilon_fn: Optional[Callable[[int], float]] = None
   target_delta: Optional[float] = None
@@ -106,6 +144,10 @@ def validate_flags(algorithm: str) -> None:
           f'not to --aggregator={name}')
   if name not in DP_AGGREGATORS:
     return
+  if DP_NOISE_SEED.value is not None and DP_ADAPTIVE_CLIP.value:
+    raise flag_groups.FlagError(
+        '--dp_noise_seed cannot be used with --dp_adaptive_clip: TFF\'s adaptive '
+        'clip draws its clipped-count noise from an unseeded source')
   if NOISE_MULTIPLIER.value is None or NOISE_MULTIPLIER.value < 0:
     raise flag_groups.FlagError(
         f'--noise_multiplier={NOISE_MULTIPLIER.value} must be >= 0')
@@ -144,7 +186,8 @@ def build(task, clients_per_round: int, total_rounds: int,
   if name == 'mean':
     return AggregatorChoice()
   if name == 'median':
-    return AggregatorChoice(factory=privacy.build_median_factory())
+    return AggregatorChoice(factory=privacy.build_median_factory(),
+                            statistic=statistics.MEDIAN)
 
   population = task.population
   if not 1 <= clients_per_round <= population:
@@ -157,7 +200,10 @@ def build(task, clients_per_round: int, total_rounds: int,
         f'--target_delta defaults to 1/population={delta}, which is not in (0, 1); set it')
   noise = float(NOISE_MULTIPLIER.value)
   clip = float(CLIP_NORM.value)
-  seed = flags.FLAGS['seed'].value
+  seed = flags.FLAGS['seed'].value  # the epoch order of clients (public is fine)
+  noise_seed = DP_NOISE_SEED.value  # None: secret noise
+  dp = dict(statistic=statistics.FIXED_DENOMINATOR_MEAN, target_delta=delta,
+            privacy_note=PRIVACY_NOTE if noise_seed is not None else None)
 
   if name == 'dp_ftrl':
     restart = DP_FTRL_RESTART.value
@@ -169,7 +215,7 @@ def build(task, clients_per_round: int, total_rounds: int,
     try:
       factory = privacy.build_dp_ftrl_factory(
           noise_multiplier=noise, clients_per_round=clients_per_round, clip_norm=clip,
-          population=population, restart=restart, noise_seed=seed)
+          population=population, restart=restart, noise_seed=noise_seed)
       server_opt = _dp_ftrl_server_optimizer()
     except ValueError as e:
       raise flag_groups.FlagError(f'--aggregator=dp_ftrl: {e}') from e
@@ -180,13 +226,13 @@ def build(task, clients_per_round: int, total_rounds: int,
 
     return AggregatorChoice(
         factory=factory, server_optimizer=server_opt, epsilon_fn=epsilon_fn,
-        target_delta=delta,
-        client_indices_fn=privacy.build_epoch_sampler(population, clients_per_round, seed))
+        client_indices_fn=privacy.build_epoch_sampler(population, clients_per_round, seed),
+        **dp)
 
   try:
     factory = privacy.build_dp_gaussian_factory(
         noise_multiplier=noise, clients_per_round=clients_per_round, clip_norm=clip,
-        adaptive_clip=DP_ADAPTIVE_CLIP.value)
+        adaptive_clip=DP_ADAPTIVE_CLIP.value, noise_seed=noise_seed)
   except ValueError as e:
     raise flag_groups.FlagError(f'--aggregator=dp_gaussian: {e}') from e
   sampling = DP_SAMPLING.value
@@ -195,4 +241,4 @@ def build(task, clients_per_round: int, total_rounds: int,
     return accounting.dp_fedavg_epsilon(
         noise, rounds, clients_per_round, population, delta, sampling=sampling)
 
-  return AggregatorChoice(factory=factory, epsilon_fn=epsilon_fn, target_delta=delta)
+  return AggregatorChoice(factory=factory, epsilon_fn=epsilon_fn, **dp)

@@ -28,9 +28,11 @@ import tensorflow_federated as tff
 
 from scripts import flag_groups
 from tff_partial import masks
+from tff_partial import privacy
 from tff_partial.masks import schemes
 from tff_partial.masks import variable_types
 from tff_partial.measure import comm
+from tff_partial.privacy import statistics
 from tff_partial.training import method
 
 _SCHEME = flags.DEFINE_enum(
@@ -79,15 +81,40 @@ def _register_task_layers() -> None:
 
 
 def _aggregator(model_aggregator):
-  """(MaskedMeanFactory, client weighting) for ctx.model_aggregator."""
+  """(PVT aggregation factory, client weighting) for `ctx.model_aggregator`.
+
+  * None (`--aggregator=mean`): `MaskedMeanFactory`, example-weighted: each
+    variable's weighted mean over the clients that trained it (PVT, Fig. 1).
+  * A DP fixed-denominator mean (`privacy.DPMeanFactory`: dp_gaussian,
+    dp_ftrl): its `sum_factory` inside `MaskedMeanFactory`, clients weighted
+    uniformly. So each client's whole masked update (zeros where it froze) is
+    clipped, the noise is added to the SUM of every coordinate (the mechanism
+    and so the epsilon of the flags, unchanged), and each variable is then
+    divided by the number of clients that trained it. That division is
+    post-processing: the counts are public because masks come from
+    (seed, round, client slot), not from data. Dividing the DP *mean* again
+    would shrink every step by clients_per_round (what this did before).
+    With dp_ftrl and random masks the per-round counts break the exact
+    telescoping of the tree noise (see `privacy/dp_ftrl.py`).
+  * A median (`--aggregator=median`): `MaskedMedianFactory`, per coordinate
+    the median over the clients that trained the variable (the zeros of
+    clients that froze it are not votes); a variable nobody trained keeps its
+    value.
+  * Any other unweighted factory must compute a SUM (e.g. a secure sum); the
+    masked mean refuses those known not to.
+  """
   if model_aggregator is None:
     return masks.MaskedMeanFactory(), tff.learning.ClientWeighting.NUM_EXAMPLES
+  uniform = tff.learning.ClientWeighting.UNIFORM
+  if isinstance(model_aggregator, privacy.DPMeanFactory):
+    return masks.MaskedMeanFactory(value_sum_factory=model_aggregator.sum_factory), uniform
+  if privacy.statistic_of(model_aggregator) == statistics.MEDIAN:
+    return masks.MaskedMedianFactory(), uniform
   if isinstance(model_aggregator, tff.aggregators.UnweightedAggregationFactory):
-    # An unweighted factory (DP) becomes the value sum inside the masked mean;
-    # clients are weighted uniformly, as in DP-FedAvg. It must compute a SUM
-    # (see MaskedMeanFactory): the per-variable count of trainers divides it.
-    return (masks.MaskedMeanFactory(value_sum_factory=model_aggregator),
-            tff.learning.ClientWeighting.UNIFORM)
+    try:
+      return masks.MaskedMeanFactory(value_sum_factory=model_aggregator), uniform
+    except ValueError as e:
+      raise flag_groups.FlagError(f'--algorithm=pvt: {e}') from e
   raise flag_groups.FlagError(
       f'--algorithm=pvt cannot use the weighted aggregator '
       f'{type(model_aggregator).__name__}: PVT averages each variable over the '

@@ -14,19 +14,35 @@ Flags:
     (off by default: the paper does not rescale, and on FEMNIST it calibrated
     the loss but did not raise accuracy; see docs/select.md).
 
-`--aggregator` plugs in as the mean of the clients' deselected dense updates
-(`DeselectMeanFactory.paper_mean`, the paper's eq. (5)); with the default
-`mean` the sparse per-key weighted mean is used.
+How `--aggregator` composes with select (docs/select.md, docs/privacy.md):
+  mean: the sparse per-key weighted mean (`DeselectMeanFactory(spec)`): each
+    key's slices averaged over the clients that chose the key, weighted by
+    examples; the broadcast variables over all clients.
+  median: the per-key median over the clients that chose the key
+    (`DeselectMedianFactory`); broadcast variables: over all clients.
+  dp_gaussian, dp_ftrl: the paper's eq. (5), `(1/N) sum_n phi(u_n, z_n)` over
+    all N = clients_per_round clients (`DeselectMeanFactory.paper_mean`): each
+    client's update is scattered to the dense model shape, clipped and noised
+    as a whole, and divided by the fixed N. No per-key counts are released
+    (they would reveal keys). A key chosen by c of N clients therefore moves
+    c/N as far as under `mean`: with random keys about m/K (the client model
+    fraction) at the same server learning rate; scale the server learning
+    rate (or accept the smaller steps) when comparing with `mean`.
+Output layers sliced by class (structured keys, e.g. emnist_cnn `dense2`)
+without an OOV class: a client's examples of classes it did not select are
+dropped (`slicing.remap_batch`).
 """
 
 from absl import flags
 
 from scripts import flag_groups
+from tff_partial import privacy
 from tff_partial import select as select_lib
 from tff_partial.select import keys as keys_lib
 from tff_partial.select import process as process_lib
 from tff_partial.select import slicing
 from tff_partial.measure import comm
+from tff_partial.privacy import statistics
 from tff_partial.training import method
 
 _LAYER = flags.DEFINE_list(
@@ -34,7 +50,11 @@ _LAYER = flags.DEFINE_list(
     'Layers to apply federated select to (comma-separated names), e.g. conv2, '
     'dense1, embedding,output.')
 _KEYS = flags.DEFINE_integer(
-    'select_keys', None, 'm: select keys per client (in the first layer key space).')
+    'select_keys', None,
+    'm: select keys per client (in the first layer key space). With '
+    '--aggregator=dp_gaussian/dp_ftrl a key\'s update is divided by all '
+    'clients_per_round clients (the paper\'s eq. 5), not by those that chose it '
+    'as with mean: steps about m/K as large at the same server learning rate.')
 _POLICY = flags.DEFINE_enum(
     'select_policy', 'random', keys_lib.POLICIES,
     'How clients choose keys: top (m most frequent features in their data), '
@@ -100,9 +120,16 @@ def build_from_args(ctx: method.MethodContext, layers, keys_per_client: int,
   """`build` without flags (tests and benchmarks call this)."""
   task = ctx.task
   spec = select_spec(task, layers, keys_per_client, policy, bucket_size, rescale)
-  deselect = None
-  if ctx.model_aggregator is not None:
-    deselect = select_lib.DeselectMeanFactory.paper_mean(spec, ctx.model_aggregator)
+  deselect = None  # mean: the sparse per-key weighted mean
+  aggregator = ctx.model_aggregator
+  if aggregator is not None:
+    if privacy.statistic_of(aggregator) == statistics.MEDIAN:
+      deselect = select_lib.DeselectMedianFactory(spec)
+    else:
+      try:  # DP: eq. (5), the fixed-denominator mean over all N clients
+        deselect = select_lib.DeselectMeanFactory.paper_mean(spec, aggregator)
+      except ValueError as e:
+        raise flag_groups.FlagError(f'--algorithm=select: {e}') from e
   input_spec = task.baseline.datasets.element_type_structure
   process = process_lib.build_federated_select_process(
       task.keras_model_fn, task.loss_fn, task.metrics_fn, input_spec, spec,

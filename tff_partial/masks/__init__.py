@@ -6,6 +6,7 @@ aggregator (`masked_mean`), the client work (`client_work`) and
 """
 
 from tff_partial.masks.masked_mean import MaskedMeanFactory
+from tff_partial.masks.masked_median import MaskedMedianFactory
 from tff_partial.masks import client_work
 from tff_partial.masks.client_work import client_input
 from tff_partial.masks.process import build_masked_finalizer

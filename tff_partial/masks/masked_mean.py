@@ -36,6 +36,8 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_partial.privacy import statistics
+
 
 def _check_value_type(value_type):
   if not (isinstance(value_type, tff.StructType)
@@ -60,12 +62,19 @@ def _check_value_type(value_type):
 class MaskedMeanFactory(tff.aggregators.WeightedAggregationFactory):
   """Per-variable weighted mean over the clients that trained the variable."""
 
+  statistic = statistics.WEIGHTED_MEAN
+
   def __init__(
       self,
       value_sum_factory: Optional[tff.aggregators.UnweightedAggregationFactory] = None,
       weight_sum_factory: Optional[tff.aggregators.UnweightedAggregationFactory] = None,
   ):
     """Inner factories must compute *sums* (as for `tff.aggregators.MeanFactory`).
+
+    Factories known to compute something else are refused with a ValueError:
+    a fixed-denominator mean (`tff.aggregators.DifferentiallyPrivateFactory`
+    presets, `tff_partial.privacy.DPMeanFactory`: pass its `sum_factory`), a
+    mean or a median (`tff_partial.masks.MaskedMedianFactory` is PVT's median).
 
     Args:
       value_sum_factory: sums `w * mask * update` over clients. Default
@@ -75,10 +84,10 @@ class MaskedMeanFactory(tff.aggregators.WeightedAggregationFactory):
     """
     for name, f in (('value_sum_factory', value_sum_factory),
                     ('weight_sum_factory', weight_sum_factory)):
-      if f is not None and not isinstance(f, tff.aggregators.UnweightedAggregationFactory):
-        raise ValueError(
-            f'{name} must be a tff.aggregators.UnweightedAggregationFactory that '
-            f'computes a sum, got {type(f).__name__}')
+      if f is not None:
+        # A fixed-denominator mean (TFF's DP presets, DPMeanFactory) or a
+        # median here would be divided again by the per-variable weights.
+        statistics.check_sum_factory(f, f'MaskedMeanFactory {name}')
     self._value_sum_factory = value_sum_factory or tff.aggregators.SumFactory()
     self._weight_sum_factory = weight_sum_factory or tff.aggregators.SumFactory()
 

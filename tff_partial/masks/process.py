@@ -30,6 +30,7 @@ import tensorflow_federated as tff
 
 from tff_partial.masks import client_work as client_work_lib
 from tff_partial.masks import masked_mean
+from tff_partial.masks import masked_median
 
 
 def build_masked_finalizer(
@@ -84,7 +85,7 @@ def build_pvt_process(
     *,
     client_optimizer_fn: tff.learning.optimizers.Optimizer,
     server_optimizer_fn: Optional[tff.learning.optimizers.Optimizer] = None,
-    model_aggregator: Optional[masked_mean.MaskedMeanFactory] = None,
+    model_aggregator: Optional[tff.aggregators.WeightedAggregationFactory] = None,
     client_weighting: tff.learning.ClientWeighting = tff.learning.ClientWeighting.NUM_EXAMPLES,
     metrics_aggregator=None,
     loop_implementation: tff.learning.LoopImplementation = (
@@ -99,7 +100,8 @@ def build_pvt_process(
     server_optimizer_fn: server optimizer; default SGD with learning rate 1.0
       (TFF's FedAvg default).
     model_aggregator: a `MaskedMeanFactory` (default: with plain sums inside;
-      pass `MaskedMeanFactory(value_sum_factory=...)` for a secure or DP sum).
+      pass `MaskedMeanFactory(value_sum_factory=...)` for a secure or DP sum),
+      or a `MaskedMedianFactory` (median over each variable's trainers).
     client_weighting: `NUM_EXAMPLES` (FedAvg's default) or `UNIFORM`.
     metrics_aggregator: as in `tff.learning.algorithms.build_weighted_fed_avg`.
     loop_implementation: the clients' dataset loop (`tff.learning.LoopImplementation`).
@@ -116,10 +118,12 @@ def build_pvt_process(
     raise ValueError('server_optimizer_fn must be a tff.learning.optimizers.Optimizer')
   if model_aggregator is None:
     model_aggregator = masked_mean.MaskedMeanFactory()
-  if not isinstance(model_aggregator, masked_mean.MaskedMeanFactory):
+  if not isinstance(model_aggregator, (masked_mean.MaskedMeanFactory,
+                                       masked_median.MaskedMedianFactory)):
     raise ValueError(
         'model_aggregator must be a MaskedMeanFactory (wrap a sum factory in it: '
-        f'MaskedMeanFactory(value_sum_factory=...)), got {type(model_aggregator).__name__}')
+        'MaskedMeanFactory(value_sum_factory=...)) or a MaskedMedianFactory, got '
+        f'{type(model_aggregator).__name__}')
 
   @tff.tensorflow.computation()
   def initial_model_weights_fn():

@@ -14,13 +14,31 @@ What the libraries give and what this module adds:
   noisy cumulative sums `S_t = sum_{k<=t} x_k + N_t` of DP-FTRL.
   `tff.aggregators.DifferentiallyPrivateFactory.tree_aggregation` wraps that query
   (divided by `clients_per_round`), but it needs the record specs up front and
-  has no restarts. `DPFTRLFactory` is the glue: an
-  `UnweightedAggregationFactory` that takes the specs from the value type it is
-  created for (so the same flags work for FedAvg, FedPT's trainable part, PVT
-  and select), and wraps the query in tensorflow_privacy's `RestartQuery` with a
+  has no restarts. `DPFTRLSumFactory` is the glue: a `dp_mean.DPSumFactory`
+  that takes the specs from the value type it is created for (so the same
+  flags work for FedAvg, FedPT's trainable part, PVT and select), and wraps the
+  query in tensorflow_privacy's `RestartQuery` with a
   `PeriodicRoundRestartIndicator` so the tree restarts after every pass over the
   population (DP-FTRL's "restart" variant; the accounting in `accounting.py`
-  composes one tree per epoch).
+  composes one tree per epoch). `DPFTRLFactory` divides its residual sum by
+  `clients_per_round` (`tfp.NormalizedQuery`, a fixed-denominator mean).
+
+* Dividing by counts that change from round to round. PVT divides the
+  residual SUM of each variable by that round's number of clients that
+  trained it (public: masks come from seeds). With the `fixed` scheme the
+  count of a trained variable is the same every round, so the residuals still
+  telescope exactly. With random masks they do not: the noise reaching the
+  model is `sum_t (N_t - N_{t-1}) / c_t`, not `N_t / c`, and a round a
+  variable is not trained drops its residual. Privacy is unaffected
+  (post-processing of the released residual sums), but the noise on the model
+  is no longer the tree's `O(log t)` prefix noise. We chose the per-round
+  division anyway: it is PVT's per-variable mean, and it is what the Gaussian
+  mechanism gets (see `scripts/methods/pvt.py`).
+
+* The noise seed. By default the tree's noise seed is secret (drawn from the
+  operating system when the factory is made; never saved with the run's
+  flags). A public `noise_seed` makes simulations reproducible and voids the
+  guarantee: whoever knows it can regenerate and subtract the noise.
 
 * The server update. DP-FTRL with momentum (Kairouz et al., Alg. 1 with
   momentum) keeps `m_t = gamma * m_{t-1} + S_t` and sets
@@ -39,17 +57,17 @@ Federated type of the aggregation process for a value type `V`
   initialize: `( -> <query_state, agg_state, dp_event, is_init_state>@SERVER)`
   next: `(<S@SERVER, {V}@CLIENTS> -> <state=S@SERVER, result=V@SERVER,
           measurements=<dp_query_metrics, dp>@SERVER>)`
-where `result` is the noisy residual divided by `clients_per_round`.
+where `result` is the noisy residual divided by `clients_per_round`
+(`DPFTRLSumFactory`: the noisy residual sum itself).
 """
 
+import secrets
 from typing import Optional
 
-import tensorflow as tf
 import tensorflow_federated as tff
 import tensorflow_privacy as tfp
-# TFF's own DifferentiallyPrivateFactory converts value types to specs with this
-# function; the query must see exactly the same structure.
-from tensorflow_federated.python.core.impl.types import type_conversions
+
+from tff_partial.privacy import dp_mean
 
 
 def _check_nonnegative(value, name):
@@ -72,19 +90,19 @@ def rounds_per_epoch(population: int, clients_per_round: int) -> int:
   return population // clients_per_round
 
 
-class DPFTRLFactory(tff.aggregators.UnweightedAggregationFactory):
-  """Clip, sum, add tree-aggregation noise residuals, divide by clients.
+class DPFTRLSumFactory(dp_mean.DPSumFactory):
+  """Clip, sum, add tree-aggregation noise residuals: a SUM (no division).
 
-  Wraps `tff.aggregators.DifferentiallyPrivateFactory` around
-  `tfp.TreeResidualSumQuery` (optionally inside `tfp.RestartQuery`) and
-  `tfp.NormalizedQuery`, the composition TFF's `tree_aggregation` preset uses,
-  built lazily for the value type given to `create`.
+  `tfp.TreeResidualSumQuery` (optionally inside `tfp.RestartQuery`) in
+  `tff.aggregators.DifferentiallyPrivateFactory`, built lazily for the value
+  type given to `create`. `DPFTRLFactory` divides it by clients_per_round;
+  PVT divides it by its per-variable trainer counts (see
+  `scripts/methods/pvt.py`).
   """
 
   def __init__(
       self,
       noise_multiplier: float,
-      clients_per_round: int,
       clip_norm: float,
       restart_period: Optional[int] = None,
       noise_seed: Optional[int] = None,
@@ -96,28 +114,31 @@ class DPFTRLFactory(tff.aggregators.UnweightedAggregationFactory):
 
     Args:
       noise_multiplier: std of the noise at each tree node / `clip_norm`; >= 0.
-      clients_per_round: the fixed denominator of the mean; > 0.
       clip_norm: L2 clip of each client's update (the whole structure); > 0.
       restart_period: restart the tree every this many rounds (the rounds of
         one epoch); None never restarts.
-      noise_seed: seed of the noise generator (None: from the clock).
+      noise_seed: a PUBLIC seed of the noise (reproducible simulations, no
+        privacy: whoever knows it can subtract the noise). None (default): a
+        secret seed drawn from the operating system's entropy (`secrets`) when
+        the factory is made, held only in the aggregator's state.
       use_efficient: Honaker's variance-reduced tree (TFF's default).
       record_aggregation_factory: inner sum of clipped records (default
         `tff.aggregators.SumFactory`), e.g. a secure sum.
     """
+    super().__init__(record_aggregation_factory)
     _check_nonnegative(noise_multiplier, 'noise_multiplier')
-    _check_positive(clients_per_round, 'clients_per_round')
     _check_positive(clip_norm, 'clip_norm')
     if restart_period is not None and (
         not isinstance(restart_period, int) or restart_period < 1):
       raise ValueError(f'restart_period={restart_period!r} must be an int >= 1 or None')
     self._noise_multiplier = float(noise_multiplier)
-    self._clients_per_round = float(clients_per_round)
     self._clip_norm = float(clip_norm)
     self._restart_period = restart_period
-    self._noise_seed = noise_seed
+    self.noise_seed_is_public = noise_seed is not None
+    # tfp's own default (noise_seed=None) seeds from the clock, which can be
+    # guessed from the run's start time; draw the secret from the OS instead.
+    self._noise_seed = noise_seed if noise_seed is not None else secrets.randbits(62)
     self._use_efficient = use_efficient
-    self._record_aggregation_factory = record_aggregation_factory
 
   @property
   def noise_multiplier(self) -> float:
@@ -131,12 +152,12 @@ class DPFTRLFactory(tff.aggregators.UnweightedAggregationFactory):
   def restart_period(self) -> Optional[int]:
     return self._restart_period
 
-  def query(self, record_specs) -> tfp.DPQuery:
-    """The tensorflow_privacy query for records shaped like `record_specs`."""
+  def query(self, specs) -> tfp.DPQuery:
+    """The tensorflow_privacy sum query for records shaped like `specs`."""
     sum_query = tfp.TreeResidualSumQuery.build_l2_gaussian_query(
         self._clip_norm,
         self._noise_multiplier,
-        record_specs,
+        specs,
         noise_seed=self._noise_seed,
         use_efficient=self._use_efficient,
     )
@@ -145,18 +166,42 @@ class DPFTRLFactory(tff.aggregators.UnweightedAggregationFactory):
       indicator = tfp.restart_query.PeriodicRoundRestartIndicator(
           period=self._restart_period)
       sum_query = tfp.RestartQuery(sum_query, indicator)
-    return tfp.NormalizedQuery(sum_query, denominator=self._clients_per_round)
+    return sum_query
 
-  def create(self, value_type) -> tff.templates.AggregationProcess:
-    record_specs = type_conversions.type_to_tf_tensor_specs(value_type)
-    for spec in tf.nest.flatten(record_specs):
-      if not spec.dtype.is_floating:
-        raise ValueError(
-            f'DP-FTRL aggregates floating-point updates; got {spec.dtype} in {value_type}')
-    inner = tff.aggregators.DifferentiallyPrivateFactory(
-        self.query(record_specs),
-        record_aggregation_factory=self._record_aggregation_factory)
-    return inner.create(value_type)
+
+class DPFTRLFactory(dp_mean.DPMeanFactory):
+  """Clip, sum, add tree-aggregation noise residuals, divide by clients.
+
+  A FIXED-DENOMINATOR MEAN: `DPFTRLSumFactory` inside `tfp.NormalizedQuery`
+  (denominator clients_per_round), the composition TFF's `tree_aggregation`
+  preset uses. `sum_factory` is the residual sum without the division.
+  """
+
+  def __init__(self, noise_multiplier: float, clients_per_round: int,
+               clip_norm: float, restart_period: Optional[int] = None, **kwargs):
+    """As `DPFTRLSumFactory` (`noise_seed`, `use_efficient`,
+    `record_aggregation_factory` by keyword); `clients_per_round` (> 0) is the
+    fixed denominator."""
+    _check_positive(clients_per_round, 'clients_per_round')
+    super().__init__(
+        DPFTRLSumFactory(noise_multiplier, clip_norm, restart_period, **kwargs),
+        denominator=clients_per_round)
+
+  @property
+  def noise_multiplier(self) -> float:
+    return self.sum_factory.noise_multiplier
+
+  @property
+  def clip_norm(self) -> float:
+    return self.sum_factory.clip_norm
+
+  @property
+  def restart_period(self) -> Optional[int]:
+    return self.sum_factory.restart_period
+
+  @property
+  def noise_seed_is_public(self) -> bool:
+    return self.sum_factory.noise_seed_is_public
 
 
 def build_dp_ftrl_factory(

@@ -1,6 +1,7 @@
 """Federated select (Charles et al. 2022): keys, slicing, deselect, process."""
 
 from tff_partial.select.aggregator import DeselectMeanFactory
+from tff_partial.select.aggregator import DeselectMedianFactory
 from tff_partial.select.keys import KeyPolicy
 from tff_partial.select.keys import POLICIES
 from tff_partial.select.process import build_federated_select_process

@@ -43,6 +43,8 @@ from typing import Optional
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_partial.privacy import median
+from tff_partial.privacy import statistics
 from tff_partial.select import slicing
 
 
@@ -59,6 +61,13 @@ def upload_type(spec: slicing.SelectSpec, dtype=None):
                     for i in spec.broadcast_indices)
   return tff.StructWithPythonType([('keys', keys), ('slices', slices), ('broadcast', broadcast)],
                                   collections.OrderedDict)
+
+
+def _check_upload_type(name, spec, value_type):
+  expected = upload_type(spec)
+  if not expected.is_assignable_from(value_type):
+    raise TypeError(f'{name}: value type {value_type} is not the upload type of '
+                    f'the select spec {expected}')
 
 
 def _zero_accumulator(spec):
@@ -117,9 +126,15 @@ class DeselectMeanFactory(tff.aggregators.WeightedAggregationFactory):
       `value_sum_factory` is given.
   """
 
+  statistic = statistics.WEIGHTED_MEAN
+
   def __init__(self, spec: slicing.SelectSpec,
                value_sum_factory: Optional[tff.aggregators.UnweightedAggregationFactory] = None,
                weight_sum_factory: Optional[tff.aggregators.UnweightedAggregationFactory] = None):
+    for name, f in (('value_sum_factory', value_sum_factory),
+                    ('weight_sum_factory', weight_sum_factory)):
+      if f is not None:  # divided by per-key weights: must be a sum
+        statistics.check_sum_factory(f, f'DeselectMeanFactory {name}')
     self._spec = spec
     self._value_sum_factory = value_sum_factory
     if value_sum_factory is not None and weight_sum_factory is None:
@@ -128,7 +143,21 @@ class DeselectMeanFactory(tff.aggregators.WeightedAggregationFactory):
 
   @classmethod
   def paper_mean(cls, spec, mean_factory):
-    """Eq. (5) with `mean_factory` averaging clients' dense phi(u_n, z_n)."""
+    """Eq. (5) with `mean_factory` averaging clients' dense phi(u_n, z_n).
+
+    `mean_factory` must compute a mean over the N clients (TFF's
+    `MeanFactory`, a DP fixed-denominator mean such as
+    `tff_partial.privacy.DPMeanFactory`); a median of zero-filled dense
+    updates is refused (a key chosen by fewer than half of the clients would
+    get 0): use `DeselectMedianFactory`.
+    """
+    statistic = statistics.statistic_of(mean_factory)
+    if statistic not in (statistics.FIXED_DENOMINATOR_MEAN, statistics.WEIGHTED_MEAN,
+                         statistics.MEAN, None):
+      raise ValueError(
+          f'DeselectMeanFactory.paper_mean needs a mean factory; '
+          f'{type(mean_factory).__name__} computes a {statistic}'
+          + (' (use DeselectMedianFactory)' if statistic == statistics.MEDIAN else ''))
     factory = cls(spec)
     factory._mean_factory = mean_factory  # pylint: disable=protected-access
     return factory
@@ -137,10 +166,7 @@ class DeselectMeanFactory(tff.aggregators.WeightedAggregationFactory):
 
   def create(self, value_type, weight_type) -> tff.templates.AggregationProcess:
     spec = self._spec
-    expected = upload_type(spec)
-    if not expected.is_assignable_from(value_type):
-      raise TypeError(f'DeselectMeanFactory: value type {value_type} is not the '
-                      f'upload type of the select spec {expected}')
+    _check_upload_type('DeselectMeanFactory', spec, value_type)
     if self._mean_factory is not None:
       return self._create_paper_mean(value_type, weight_type)
     if self._value_sum_factory is None:
@@ -254,3 +280,61 @@ class DeselectMeanFactory(tff.aggregators.WeightedAggregationFactory):
       return tff.templates.MeasuredProcessOutput(out.state, out.result, out.measurements)
 
     return tff.templates.AggregationProcess(init_fn, next_fn)
+
+
+class DeselectMedianFactory(tff.aggregators.WeightedAggregationFactory):
+  """Per-key coordinate-wise median over the clients that chose the key.
+
+  The coordinate-wise median (Yin et al. 2018) composed with deselection: for
+  a key `k` of a group, each coordinate of its slices gets the median over the
+  clients whose keys include `k` (a median of zero-filled dense updates would
+  count the zeros of the other clients, so a key chosen by fewer than half of
+  the round's clients would get 0 and never train); a key nobody chose gets a
+  zero update. The broadcast variables get the median over all clients.
+
+  Unweighted (the client weight is accepted and ignored, as for
+  `tff_partial.privacy.CoordinateMedianFactory`). Hand-written on
+  `tff.federated_aggregate`: the server stacks every client's scattered
+  (dense) update and key indicator, memory O(clients x model), a simulation.
+
+  Federated type of `next`:
+    `(<<>@SERVER, {U}@CLIENTS, {float32}@CLIENTS> -> <state=<>@SERVER,
+       result=<dense trainable update...>@SERVER, measurements=<>@SERVER>)`
+  """
+
+  statistic = statistics.MEDIAN
+
+  def __init__(self, spec: slicing.SelectSpec):
+    self._spec = spec
+
+  def create(self, value_type, weight_type) -> tff.templates.AggregationProcess:
+    spec = self._spec
+    _check_upload_type('DeselectMedianFactory', spec, value_type)
+
+    def rows(upload):
+      """One client's dense tensors: views, key indicators, broadcast (flat)."""
+      acc = scatter_upload(spec, upload, tf.constant(1.0))
+      views = [v for g in spec.groups for v in acc['views'][g.name]]
+      counts = [acc['counts'][g.name] for g in spec.groups]
+      return views + counts + list(acc['broadcast'])
+
+    def report(stacks):
+      stacks = list(stacks)
+      views_stack = collections.OrderedDict()
+      for g in spec.groups:
+        views_stack[g.name] = tuple(stacks.pop(0) for _ in g.slices)
+      counts_stack = collections.OrderedDict((g.name, stacks.pop(0)) for g in spec.groups)
+      out = [None] * spec.num_trainable
+      for g in spec.groups:
+        chose = counts_stack[g.name] > 0  # [N, num_keys]
+        medians = []
+        for v in views_stack[g.name]:
+          present = tf.reshape(chose, [-1, g.num_keys] + [1] * (len(v.shape) - 2))
+          medians.append(median.masked_median(v, present))
+        for sl, var in zip(g.slices, slicing.views_to_variables(spec, g, medians)):
+          out[sl.index] = var
+      for i, b in zip(spec.broadcast_indices, stacks):
+        out[i] = median.masked_median(b)
+      return out
+
+    return median.build_stacking_process(value_type, rows, report, weight_type)

@@ -118,7 +118,9 @@ class SelectGroup:
     output_role: `classes` or None: labels are remapped to the selected
       outputs (class ids to local ids; one/multi-hot labels gathered).
     oov_index: for `tokens`/`classes`: the index a client maps tokens it did not
-      select to (its key is always selected); None maps them to local index 0.
+      select to (its key is always selected); None maps them to local index 0,
+      except class labels of one class per example: those examples are
+      dropped (`remap_batch`; local 0 is a real class).
     output_scale: random keys only: the client's sub-model multiplies the
       selected layer's activations by this factor (K / (m*B) with
       `rescale=True`, as inverted dropout does), so that the server model,
@@ -579,13 +581,23 @@ def _like(batch, x, y):
   return (x, y)
 
 
+def _key_match(group: SelectGroup, keys, ids):
+  """(ids, match[..., m]): which of the client's keys each global index falls in."""
+  ids = tf.cast(ids, tf.int32)
+  keys = tf.cast(keys, tf.int32)
+  return ids, tf.equal(tf.expand_dims(ids // group.bucket_size, -1), keys)
+
+
+def selected(group: SelectGroup, keys, ids):
+  """Whether each global index `ids` is among the client's selected indices."""
+  return tf.reduce_any(_key_match(group, keys, ids)[1], axis=-1)
+
+
 def local_indices(group: SelectGroup, keys, ids):
   """Global indices `ids` -> the client's local indices (key-major)."""
   b = group.bucket_size
-  ids = tf.cast(ids, tf.int32)
   keys = tf.cast(keys, tf.int32)
-  bucket = ids // b
-  match = tf.equal(tf.expand_dims(bucket, -1), keys)
+  ids, match = _key_match(group, keys, ids)
   found = tf.reduce_any(match, axis=-1)
   pos = tf.cast(tf.argmax(tf.cast(match, tf.int32), axis=-1), tf.int32)
   local = pos * b + ids % b
@@ -605,8 +617,18 @@ def feature_indices(group: SelectGroup, keys):
 
 
 def remap_batch(spec: SelectSpec, keys_by_group, batch):
-  """A batch of the task's data -> a batch for the client's sub-model."""
+  """A batch of the task's data -> a batch for the client's sub-model.
+
+  Examples whose class (one class id per example) the client did not select
+  are dropped when the output group has no OOV class: mapping them to local 0
+  would train them as whatever real class the client's first key names.
+  """
   x, y = _xy(batch)
+  keep = None
+  for group in spec.groups:
+    if (group.output_role == 'classes' and group.oov_index is None
+        and not y.dtype.is_floating and y.shape.rank == 1):
+      keep = selected(group, keys_by_group[group.name], y)
   for group in spec.groups:
     keys = keys_by_group[group.name]
     if group.input_role == 'tokens':
@@ -618,6 +640,9 @@ def remap_batch(spec: SelectSpec, keys_by_group, batch):
         y = tf.gather(y, feature_indices(group, keys), axis=-1)
       else:  # class ids: the client's softmax is over its selected outputs
         y = tf.cast(local_indices(group, keys, y), y.dtype)
+  if keep is not None:
+    x = tf.nest.map_structure(lambda t: tf.boolean_mask(t, keep), x)
+    y = tf.boolean_mask(y, keep)
   return _like(batch, x, y)
 
 

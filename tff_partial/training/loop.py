@@ -147,10 +147,11 @@ def _first_matching(metrics: dict, suffixes) -> Optional[float]:
 class _AddConstants(tff.program.ReleaseManager):
   """Adds per-round bytes and epsilon to every release, then forwards it."""
 
-  def __init__(self, inner, built, epsilon_fn):
+  def __init__(self, inner, built, epsilon_fn, privacy_note=None):
     self._inner = list(inner)
     self._bytes = built.bytes
     self._epsilon_fn = epsilon_fn
+    self._privacy_note = privacy_note
     self.history = []
 
   async def release(self, value, key):
@@ -159,6 +160,8 @@ class _AddConstants(tff.program.ReleaseManager):
     value['comm/bytes_up_per_client'] = self._bytes.up_payload
     if self._epsilon_fn is not None:
       value['privacy/epsilon'] = float(self._epsilon_fn(int(key))) if key else 0.0
+      if self._privacy_note:  # text: in metrics.csv, skipped by TensorBoard
+        value['privacy/note'] = self._privacy_note
     self.history.append((int(key), dict(value)))
     await asyncio.gather(*[m.release(value, key=key) for m in self._inner])
 
@@ -195,7 +198,8 @@ class ProgressReleaseManager(tff.program.ReleaseManager):
         f'down {value["comm/bytes_down_per_client"] / 1e6:.3f} MB '
         f'up {value["comm/bytes_up_per_client"] / 1e6:.3f} MB per client')
     if 'privacy/epsilon' in value:
-      parts.append(f'epsilon {value["privacy/epsilon"]:.3f}')
+      note = value.get('privacy/note')
+      parts.append(f'epsilon {value["privacy/epsilon"]:.3f}' + (f' ({note})' if note else ''))
     self._print(' | '.join(parts))
 
 
@@ -268,10 +272,12 @@ def run_training(
     client_indices_fn: Optional[Callable[[int], Sequence[int]]] = None,
     run_flags: Optional[dict] = None,
     print_fn: Optional[Callable[[str], None]] = None,
+    privacy_note: Optional[str] = None,
 ) -> TrainingResult:
   """Trains `built.process` on `task`; resumes from `output_dir` if it holds a run.
 
   With `output_dir=None` nothing is written (no checkpoints, no resume).
+  `privacy_note` (e.g. a public DP noise seed's) follows every epsilon printed.
   """
   if clients_per_round > task.population:
     raise ValueError(
@@ -291,7 +297,7 @@ def run_training(
     ]
     state_manager = tff.program.FileProgramStateManager(
         os.path.join(output_dir, 'checkpoints'), keep_total=3, keep_first=True)
-  release = _AddConstants(managers, built, epsilon_fn)
+  release = _AddConstants(managers, built, epsilon_fn, privacy_note)
   evaluator = _Evaluator(task)
 
   def evaluation_fn(state, unused_clients):
