@@ -64,6 +64,8 @@ def check_train_argvs(argvs) -> tuple:
   A subprocess, because it imports scripts.train (TensorFlow, and flags that
   would clash with this binary's); this binary itself never imports TensorFlow.
   """
+  print(f'checking {len(argvs)} training command line(s) with scripts.train\'s flag checks ...',
+        flush=True)
   request = json.dumps({'argvs': argvs})
   result = subprocess.run(
       [sys.executable, '-m', 'scripts.sweep_check'], input=request, capture_output=True,
@@ -109,8 +111,6 @@ def main(argv):
                                  grid=_GRID.value, seeds=seeds, lr_grid=_LR_GRID.value)
     spec = sweep.from_dict(data)
     sweep_dir = _SWEEP_DIR.value or os.path.join('outputs', 'sweeps', spec.name)
-    print(f'sweep {spec.name}: checking the configs with scripts.train\'s flag checks ...',
-          flush=True)
     prepared = sweep.prepare(spec, sweep_dir, train)
   except (sweep.SpecError, sweep.SweepDirError, sweep.CheckError) as e:
     _fail(str(e))

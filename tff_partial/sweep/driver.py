@@ -38,18 +38,28 @@ class TrainInterface:
 
 @dataclasses.dataclass(frozen=True)
 class Prepared:
+  """A checked sweep. resumed: its directory already holds this spec's sweep."""
+
   spec: spec_lib.SweepSpec
   sweep_dir: str
   configs: list
   runs: list
   resumed: bool
+  default_total_rounds: int
 
 
 def prepare(spec: spec_lib.SweepSpec, sweep_dir: str, train: TrainInterface) -> Prepared:
-  """Every check, before anything runs or is written; raises with one clear line."""
+  """Every check, before anything runs or is written; raises with one clear line.
+
+  A sweep directory that holds this spec's manifest passed the checks when it
+  was written; they are not run again.
+  """
   configs = spec.expand()
+  if manifest.check(sweep_dir, spec):
+    rounds = manifest.read(sweep_dir)['default_total_rounds']
+    return Prepared(spec, sweep_dir, configs, plan.plan_runs(spec, configs, rounds),
+                    resumed=True, default_total_rounds=rounds)
   runs = plan.plan_runs(spec, configs, default_total_rounds=0)  # known after the check
-  resumed = manifest.check(sweep_dir, spec)
   # One argv per config and per search trial (seeds change nothing the checks see).
   checked, seen = [], set()
   for run in runs:
@@ -67,7 +77,8 @@ def prepare(spec: spec_lib.SweepSpec, sweep_dir: str, train: TrainInterface) -> 
       where = f'config {run.config}' + (f', search trial {run.trial}' if run.is_search else '')
       raise CheckError(f'{where}: {error}')
   runs = plan.plan_runs(spec, configs, default_total_rounds)
-  return Prepared(spec, sweep_dir, configs, runs, resumed)
+  return Prepared(spec, sweep_dir, configs, runs, resumed=False,
+                  default_total_rounds=default_total_rounds)
 
 
 class _Choices:
@@ -111,7 +122,7 @@ def run(prepared: Prepared, train: TrainInterface, *, parallel: int = 1,
     return list(train.command) + plan.train_argv(prepared.sweep_dir, r, tuned)
 
   with manifest.Lock(prepared.sweep_dir):
-    manifest.write(prepared.sweep_dir, prepared.spec)
+    manifest.write(prepared.sweep_dir, prepared.spec, prepared.default_total_rounds)
     report = runner.Runner(
         prepared.sweep_dir, prepared.runs, command, parallel=parallel, workers=workers,
         name=prepared.spec.name, print_fn=print_fn, interactive=interactive).run()

@@ -18,21 +18,30 @@ from tff_partial.sweep import plan
 from tff_partial.sweep import spec as spec_lib
 
 
+def _mean(values) -> float:
+  """Mean over seeds; NaN unless every seed finished with a finite value."""
+  values = list(values)
+  if not values or any(v is None or not math.isfinite(v) for v in values):
+    return float('nan')
+  return float(np.mean(values))
+
+
 @dataclasses.dataclass(frozen=True)
 class Trial:
-  """One grid point: its final validation metric per search seed (None: not finished)."""
+  """One grid point: its final validation metric and loss per search seed (None: unfinished)."""
 
   name: str
   values: dict
   scores: dict
+  losses: dict
 
   @property
   def mean(self) -> float:
-    """Mean over seeds; NaN unless every seed finished with a finite metric."""
-    scores = list(self.scores.values())
-    if not scores or any(s is None or not math.isfinite(s) for s in scores):
-      return float('nan')
-    return float(np.mean(scores))
+    return _mean(self.scores.values())
+
+  @property
+  def mean_loss(self) -> float:
+    return _mean(self.losses.values())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,17 +54,20 @@ class Choice:
   trials: list
 
 
-def read_metric(run_dir: str, metric: str) -> Optional[float]:
-  """`metric` from the run's final_eval.json; None if the run did not finish."""
+def read_metrics(run_dir: str, metric: str) -> tuple:
+  """(`metric`, loss) from the run's final_eval.json; (None, None) if it did not finish."""
   path = os.path.join(run_dir, plan.FINISHED_FILE)
   if not os.path.exists(path):
-    return None
+    return None, None
   with open(path) as f:
     final_eval = json.load(f)
+  if not final_eval:
+    raise ValueError(f'{path} is empty: the validation split held out no example; raise '
+                     '"lr_search".validation_fraction')
   if metric not in final_eval:
     raise ValueError(f'{path} has no metric {metric!r} (it has {", ".join(final_eval)}); '
                      'set "lr_search".metric to one of them')
-  return float(final_eval[metric])
+  return float(final_eval[metric]), float(final_eval.get('loss', math.nan))
 
 
 def trials(sweep_dir: str, runs, config: str, metric: str) -> list:
@@ -63,18 +75,28 @@ def trials(sweep_dir: str, runs, config: str, metric: str) -> list:
   by_trial = {}
   for run in runs:
     if run.is_search and run.config == config:
-      trial = by_trial.setdefault(run.trial, Trial(run.trial, dict(run.trial_flags), {}))
-      trial.scores[run.seed] = read_metric(plan.run_dir(sweep_dir, run), metric)
+      trial = by_trial.setdefault(run.trial, Trial(run.trial, dict(run.trial_flags), {}, {}))
+      trial.scores[run.seed], trial.losses[run.seed] = read_metrics(
+          plan.run_dir(sweep_dir, run), metric)
   return list(by_trial.values())
 
 
 def choose(sweep_dir: str, runs, config: str, search: spec_lib.LrSearch) -> Choice:
-  """The trial with the best mean validation metric (first of equals); ValueError if none."""
+  """The trial with the best mean validation metric; ValueError if none finished.
+
+  Equal metrics (frequent for accuracy on a small validation split) go to the
+  lower mean validation loss, then to the first in grid order.
+  """
   found = trials(sweep_dir, runs, config, search.metric)
   scored = [t for t in found if math.isfinite(t.mean)]
   if not scored:
     raise ValueError(f'no learning-rate search run of {config} finished with a finite '
                      f'validation {search.metric}')
   sign = 1.0 if search.maximize else -1.0
-  best = max(scored, key=lambda t: sign * t.mean)  # max keeps the first of equals
+
+  def key(t: Trial):
+    loss = t.mean_loss if math.isfinite(t.mean_loss) else math.inf
+    return (sign * t.mean, -loss)
+
+  best = max(scored, key=key)  # max keeps the first of equals
   return Choice(config=config, values=dict(best.values), score=best.mean, trials=found)

@@ -43,8 +43,13 @@ def check(sweep_dir: str, spec: spec_lib.SweepSpec) -> bool:
   return True
 
 
-def write(sweep_dir: str, spec: spec_lib.SweepSpec) -> str:
-  """Writes the manifest (atomically) unless this spec's is already there."""
+def write(sweep_dir: str, spec: spec_lib.SweepSpec, default_total_rounds: int) -> str:
+  """Writes the manifest (atomically) unless this spec's is already there.
+
+  It is written once the spec passed every check, so a sweep that finds its
+  manifest need not check again; `default_total_rounds` (the training
+  binary's) is recorded for that case.
+  """
   path = os.path.join(sweep_dir, MANIFEST_FILE)
   if os.path.exists(path):
     return path
@@ -54,6 +59,7 @@ def write(sweep_dir: str, spec: spec_lib.SweepSpec) -> str:
       'digest': spec.digest(),
       'created': datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds'),
       'spec': spec.to_dict(),
+      'default_total_rounds': default_total_rounds,
   }
   tmp = f'{path}.tmp{os.getpid()}'
   with open(tmp, 'w') as f:
@@ -62,10 +68,10 @@ def write(sweep_dir: str, spec: spec_lib.SweepSpec) -> str:
   return path
 
 
-def read_spec(sweep_dir: str) -> dict:
-  """The spec object recorded in `sweep_dir`'s manifest."""
+def read(sweep_dir: str) -> dict:
+  """The manifest of `sweep_dir` (`spec`, `digest`, `default_total_rounds`, ...)."""
   with open(os.path.join(sweep_dir, MANIFEST_FILE)) as f:
-    return json.load(f)['spec']
+    return json.load(f)
 
 
 class Lock:

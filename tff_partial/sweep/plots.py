@@ -45,7 +45,8 @@ def plot_vs_rounds(summaries: Sequence[summary_lib.ConfigSummary], path: str, *,
   ax.set_title(f'{title}: mean over seeds ± 1 std' if title else 'mean over seeds ± 1 std',
                fontsize=10)
   ax.grid(alpha=0.3)
-  ax.legend(fontsize=7, loc='best')
+  if ax.get_legend_handles_labels()[0]:
+    ax.legend(fontsize=7, loc='best')
   fig.tight_layout()
   fig.savefig(path, dpi=120)
   plt.close(fig)
@@ -78,7 +79,8 @@ def plot_vs_bytes(summaries: Sequence[summary_lib.ConfigSummary], path: str, *,
   ax.set_ylabel(label)
   ax.set_title((f'{title}: ' if title else '') + 'final mean with 95% CI (dots)', fontsize=10)
   ax.grid(alpha=0.3, which='both')
-  ax.legend(fontsize=7, loc='best')
+  if ax.get_legend_handles_labels()[0]:
+    ax.legend(fontsize=7, loc='best')
   fig.tight_layout()
   fig.savefig(path, dpi=120)
   plt.close(fig)

@@ -290,6 +290,7 @@ def write(out_dir: str, *, name: str, description: str, summaries: Sequence[Conf
       row = {'config': config, 'trial': trial.name, **trial.values}
       row.update({f'seed_{s}': v for s, v in trial.scores.items()})
       row.update({f'mean_validation_{search_metric}': trial.mean,
+                  'mean_validation_loss': trial.mean_loss,
                   'chosen': trial.values == choice.values})
       search_rows.append(row)
   if search_rows:
