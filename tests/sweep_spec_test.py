@@ -86,6 +86,19 @@ class SpecTest(absltest.TestCase):
     with self.assertRaisesRegex(ValueError, 'needs the values chosen by the search of a'):
       plan.train_argv('/sw', by_id['runs/b/seed_3'])
 
+  def test_a_config_may_search_its_own_grid(self):
+    spec = _spec(
+        configs=[{'name': 'mean'},
+                 {'name': 'dp', 'flags': {'aggregator': 'dp_gaussian'},
+                  'lr_search': {'grid': {'client_learning_rate': [0.1], 'clip_norm': [0.1, 1.0]}}}],
+        lr_search={'grid': {'client_learning_rate': [0.03, 0.1]}})
+    runs = plan.plan_runs(spec, spec.expand(), 10)
+    self.assertEqual([r.run_id for r in runs if r.is_search], [
+        'lr_search/mean/client_learning_rate=0.03/seed_0',
+        'lr_search/mean/client_learning_rate=0.1/seed_0',
+        'lr_search/dp/client_learning_rate=0.1+clip_norm=0.1/seed_0',
+        'lr_search/dp/client_learning_rate=0.1+clip_norm=1.0/seed_0'])
+
   def test_bad_specs_name_the_key(self):
     cases = [
         ({'base': {'seed': 1}}, r'"base": --seed is set by the sweep'),
@@ -99,6 +112,9 @@ class SpecTest(absltest.TestCase):
         ({'configs': [{'name': 'a', 'lr_search': False}, {'name': 'b', 'lr_from': 'a'}],
           'lr_search': {'grid': {'client_learning_rate': [0.1]}}}, 'not searched'),
         ({'lr_search': {'grid': {}}}, 'at least one flag'),
+        ({'configs': [{'name': 'a', 'lr_search': 'yes'}]}, r'must be true, false or \{"grid"'),
+        ({'configs': [{'name': 'a', 'lr_search': {'grid': {}}}],
+          'lr_search': {'grid': {'x': [1]}}}, r'"configs"\[0\].lr_search.grid must name'),
         ({'lr_search': {'grid': {'x': [1]}, 'validation_fraction': 1.5}}, r'in \(0, 1\)'),
         ({'bogus': 1}, "unknown key\\(s\\) 'bogus'"),
         ({'configs': [{'name': 'a', 'flags': {'client_epochs': 1}, 'grid': {'client_epochs': [2]}}]},

@@ -61,6 +61,7 @@ def prepare(spec: spec_lib.SweepSpec, sweep_dir: str, train: TrainInterface) -> 
                     resumed=True, default_total_rounds=rounds)
   runs = plan.plan_runs(spec, configs, default_total_rounds=0)  # known after the check
   # One argv per config and per search trial (seeds change nothing the checks see).
+  by_name = {c.name: c for c in configs}
   checked, seen = [], set()
   for run in runs:
     key = (run.config, run.trial)
@@ -68,8 +69,8 @@ def prepare(spec: spec_lib.SweepSpec, sweep_dir: str, train: TrainInterface) -> 
       continue
     seen.add(key)
     tuned = None
-    if run.tuned_by is not None:
-      tuned = spec.lr_search.trials()[0][1]  # any grid point: same flag names
+    if run.tuned_by is not None:  # any grid point: the same flag names
+      tuned = spec.lr_search.trials(by_name[run.tuned_by].search_grid)[0][1]
     checked.append((run, plan.train_argv(sweep_dir, run, tuned)))
   errors, default_total_rounds = train.check_fn([argv for _, argv in checked])
   for (run, _), error in zip(checked, errors):

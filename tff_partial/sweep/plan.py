@@ -63,7 +63,7 @@ def plan_runs(spec: spec_lib.SweepSpec, configs, default_total_rounds: int) -> l
     flags = dict(config.flags)
     flags.update(search.flags)
     rounds = int(flags.get('total_rounds', default_total_rounds))
-    for trial, assignment in search.trials():
+    for trial, assignment in search.trials(config.search_grid):
       for seed in search.seeds:
         runs.append(Run(
             run_id=os.path.join(SEARCH_DIR, config.name, trial, f'seed_{seed}'),

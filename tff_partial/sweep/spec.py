@@ -28,8 +28,10 @@ config's, for each of its `seeds`, evaluating on a validation split of the
 training clients' examples (`--eval_split=validation`), never on the test
 clients. The combination with the best mean final validation `metric` is
 used by the config's runs. A config entry may say `"lr_search": false` (keep
-its flags' values) or `"lr_from": "<config name>"` (use that config's chosen
-values, e.g. every federated select config at FedAvg's tuned rates).
+its flags' values), `"lr_search": {"grid": {...}}` (search this grid instead,
+e.g. the clip norm too for a DP config), or `"lr_from": "<config name>"` (use
+that config's chosen values, e.g. every federated select config at FedAvg's
+tuned rates).
 """
 
 import dataclasses
@@ -76,11 +78,12 @@ class LrSearch:
   validation_fraction: float = 0.1
   metric: str = 'accuracy'
 
-  def trials(self) -> list:
-    """Every combination of the grid, as (name, {flag: value}), in grid order."""
-    names = list(self.grid)
+  def trials(self, grid: Optional[Mapping[str, tuple]] = None) -> list:
+    """Every combination of `grid` (default: the spec's), as (name, {flag: value})."""
+    grid = self.grid if grid is None else grid
+    names = list(grid)
     out = []
-    for values in itertools.product(*(self.grid[n] for n in names)):
+    for values in itertools.product(*(grid[n] for n in names)):
       assignment = dict(zip(names, values))
       out.append((_assignment_name(assignment), assignment))
     return out
@@ -106,6 +109,7 @@ class Config:
   own_flags: the config's flags beyond the base (its identity in tables).
   tune: its learning rates are searched (`lr_search`), else kept as given.
   lr_from: another config whose searched values it uses.
+  search_grid: the grid its search tries (the spec's unless the entry has its own).
   """
 
   name: str
@@ -113,6 +117,7 @@ class Config:
   own_flags: Mapping[str, Any]
   tune: bool
   lr_from: Optional[str] = None
+  search_grid: Optional[Mapping[str, tuple]] = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -172,10 +177,16 @@ class SweepSpec:
           # The target config with the same top-level grid values.
           top_values = {n: assignment[n] for n in top}
           lr_from = '+'.join([lr_from] + ([_assignment_name(top_values)] if top_values else []))
+        search = entry.get('lr_search', True)
+        tune = self.lr_search is not None and search is not False and lr_from is None
+        search_grid = None
+        if tune:
+          search_grid = self.lr_search.grid
+          if isinstance(search, dict):
+            search_grid = {k: tuple(v) for k, v in search['grid'].items()}
         configs.append(Config(
-            name=name, flags=merged, own_flags=own,
-            tune=self.lr_search is not None and entry.get('lr_search', True) and lr_from is None,
-            lr_from=lr_from))
+            name=name, flags=merged, own_flags=own, tune=tune, lr_from=lr_from,
+            search_grid=search_grid))
     _check_configs(configs)
     return configs
 
@@ -286,8 +297,13 @@ def from_dict(data: Mapping[str, Any]) -> SweepSpec:
                       'the top-level grid')
     if overlap := sorted(set(grid) & set(own)):
       raise SpecError(f'{where}: --{overlap[0]} is set by the config and by the top-level grid')
-    if 'lr_search' in entry and not isinstance(entry['lr_search'], bool):
-      raise SpecError(f'{where}.lr_search must be true or false')
+    search = entry.get('lr_search', True)
+    if isinstance(search, dict):
+      _require(search, ('grid',), f'{where}.lr_search')
+      if not _check_grid(search.get('grid', {}), f'{where}.lr_search.grid'):
+        raise SpecError(f'{where}.lr_search.grid must name at least one flag to search')
+    elif not isinstance(search, bool):
+      raise SpecError(f'{where}.lr_search must be true, false or {{"grid": {{...}}}}')
     if entry.get('lr_from') is not None and not isinstance(entry['lr_from'], str):
       raise SpecError(f'{where}.lr_from must be a config name')
   seeds = _check_seeds(data.get('seeds', [0]), '"seeds"')
