@@ -39,6 +39,10 @@ _SEEDS = flags.DEFINE_list('seeds', None, 'Seeds of every config (overrides "see
 _LR_GRID = flags.DEFINE_multi_string(
     'lr_grid', [], 'flag=v1,v2,...: a dimension of the learning-rate search on the '
     'validation split (e.g. client_learning_rate=0.01,0.03,0.1).')
+_ONLY = flags.DEFINE_list(
+    'only', [], 'Run (and summarize) only the configs whose names match one of these '
+    'fnmatch patterns, e.g. "fedavg,select_conv2+select_keys=1*", with the searches they '
+    'need; the sweep directory stays the whole spec\'s.')
 _PARALLEL = flags.DEFINE_integer('parallel', 1, 'Runs at a time.')
 _WORKERS = flags.DEFINE_list(
     'workers', [], 'Running TFF workers (host:port), shared out among the --parallel runs '
@@ -111,9 +115,12 @@ def main(argv):
                                  grid=_GRID.value, seeds=seeds, lr_grid=_LR_GRID.value)
     spec = sweep.from_dict(data)
     sweep_dir = _SWEEP_DIR.value or os.path.join('outputs', 'sweeps', spec.name)
-    prepared = sweep.prepare(spec, sweep_dir, train)
+    prepared = sweep.prepare(spec, sweep_dir, train, only=_ONLY.value)
   except (sweep.SpecError, sweep.SweepDirError, sweep.CheckError) as e:
     _fail(str(e))
+  except KeyboardInterrupt:
+    print('interrupted before any run started', file=sys.stderr)
+    sys.exit(130)
   if _DRY_RUN.value:
     _print_plan(prepared)
     return

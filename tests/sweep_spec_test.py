@@ -7,6 +7,7 @@ import os
 from absl.testing import absltest
 import numpy as np
 
+from tff_partial.sweep import driver
 from tff_partial.sweep import lr_search
 from tff_partial.sweep import manifest
 from tff_partial.sweep import plan
@@ -141,6 +142,32 @@ class SpecTest(absltest.TestCase):
     self.assertNotEqual(spec.digest(), more_seeds.digest())
     with self.assertRaisesRegex(spec_lib.SpecError, 'expected flag=value'):
       spec_lib.merge_overrides({}, grid=['client_learning_rate'])
+
+
+class OnlyTest(absltest.TestCase):
+
+  def test_only_keeps_the_matching_configs_and_the_searches_they_need(self):
+    spec = _spec(
+        configs=[{'name': 'fedavg'},
+                 {'name': 'select', 'grid': {'select_keys': [4, 8]}, 'lr_from': 'fedavg'},
+                 {'name': 'other'}],
+        lr_search={'grid': {'client_learning_rate': [0.01, 0.1]}})
+    checked = []
+
+    def check_fn(argvs):
+      checked.extend(argvs)
+      return [None] * len(argvs), 10
+
+    train = driver.TrainInterface(command=['x'], check_fn=check_fn)
+    root = self.create_tempdir().full_path
+    prepared = driver.prepare(spec, os.path.join(root, 's'), train, only=['select+*=8'])
+    self.assertEqual([c.name for c in prepared.configs], ['select+select_keys=8'])
+    self.assertEqual([r.run_id for r in prepared.runs], [
+        'lr_search/fedavg/client_learning_rate=0.01/seed_0',
+        'lr_search/fedavg/client_learning_rate=0.1/seed_0', 'runs/select+select_keys=8/seed_0'])
+    self.assertLen(checked, 2 + 2 + 4)  # every config and search trial is still checked
+    with self.assertRaisesRegex(spec_lib.SpecError, '--only=nothing matches no config'):
+      driver.prepare(spec, os.path.join(root, 's'), train, only=['nothing'])
 
 
 class ManifestTest(absltest.TestCase):

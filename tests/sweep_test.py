@@ -11,6 +11,7 @@ import csv
 import json
 import math
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -87,6 +88,13 @@ def _finished(sweep_dir):
           if os.path.exists(os.path.join(sweep_dir, r, plan.FINISHED_FILE))}
 
 
+def _has_checkpoint(sweep_dir, run):
+  """The run saved a whole checkpoint (TFF writes `program_state_N_temp...`, then renames)."""
+  directory = os.path.join(sweep_dir, run, 'checkpoints')
+  return os.path.isdir(directory) and any(
+      re.fullmatch(r'program_state_\d+', e) for e in os.listdir(directory))
+
+
 def _processes_in_group(pgid):
   found = []
   for entry in os.listdir('/proc'):
@@ -129,10 +137,8 @@ class SweepGridTest(absltest.TestCase):
           running = json.load(f)
       except (OSError, ValueError):
         continue
-      with_checkpoint = [
-          r for r in running
-          if os.path.isdir(os.path.join(cls.killed, r, 'checkpoints', 'program_state_0'))
-          and not os.path.exists(os.path.join(cls.killed, r, plan.FINISHED_FILE))]
+      with_checkpoint = [r for r in running if _has_checkpoint(cls.killed, r)
+                         and not os.path.exists(os.path.join(cls.killed, r, plan.FINISHED_FILE))]
       if len(_finished(cls.killed)) >= 2 and with_checkpoint:
         break
     os.killpg(process.pid, signal.SIGTERM)
@@ -140,8 +146,8 @@ class SweepGridTest(absltest.TestCase):
     cls.killed_groups = list(running.values())
     cls.finished_at_kill = _finished(cls.killed)
     cls.unfinished_with_checkpoint = [
-        r for r in _final_runs(cls.killed) if r not in cls.finished_at_kill
-        and os.path.isdir(os.path.join(cls.killed, r, 'checkpoints'))]
+        r for r in _final_runs(cls.killed)
+        if r not in cls.finished_at_kill and _has_checkpoint(cls.killed, r)]
     cls.mtimes_at_kill = {r: os.stat(os.path.join(cls.killed, r, plan.FINISHED_FILE)).st_mtime_ns
                           for r in cls.finished_at_kill}
     cls.rerun_output = _run_sweep(cls.spec_path, cls.killed)

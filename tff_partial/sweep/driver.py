@@ -6,6 +6,7 @@ what is not finished yet and writes the summary; `summarize` only reads.
 """
 
 import dataclasses
+import fnmatch
 import os
 from typing import Callable, Optional, Sequence
 
@@ -48,18 +49,39 @@ class Prepared:
   default_total_rounds: int
 
 
-def prepare(spec: spec_lib.SweepSpec, sweep_dir: str, train: TrainInterface) -> Prepared:
+def _only(configs, runs, patterns: Sequence[str]) -> tuple:
+  """The configs whose names match a pattern (fnmatch), their runs and their searches."""
+  chosen = [c for c in configs if any(fnmatch.fnmatchcase(c.name, p) for p in patterns)]
+  if not chosen:
+    raise spec_lib.SpecError(
+        f'--only={",".join(patterns)} matches no config; configs: '
+        + ', '.join(c.name for c in configs))
+  names = {c.name for c in chosen}
+  searched = {r.tuned_by for r in runs if not r.is_search and r.config in names}
+  return chosen, [r for r in runs
+                  if r.config in (searched if r.is_search else names)]
+
+
+def prepare(spec: spec_lib.SweepSpec, sweep_dir: str, train: TrainInterface,
+            only: Sequence[str] = ()) -> Prepared:
   """Every check, before anything runs or is written; raises with one clear line.
 
   A sweep directory that holds this spec's manifest passed the checks when it
-  was written; they are not run again.
+  was written; they are not run again. `only`: fnmatch patterns of config
+  names; just those configs (and the searches they need) run and are
+  summarized. Every config is checked all the same, and the sweep directory
+  stays the whole spec's.
   """
   configs = spec.expand()
   if manifest.check(sweep_dir, spec):
     rounds = manifest.read(sweep_dir)['default_total_rounds']
-    return Prepared(spec, sweep_dir, configs, plan.plan_runs(spec, configs, rounds),
-                    resumed=True, default_total_rounds=rounds)
+    runs = plan.plan_runs(spec, configs, rounds)
+    if only:
+      configs, runs = _only(configs, runs, only)
+    return Prepared(spec, sweep_dir, configs, runs, resumed=True, default_total_rounds=rounds)
   runs = plan.plan_runs(spec, configs, default_total_rounds=0)  # known after the check
+  if only:
+    _only(configs, runs, only)  # a pattern that matches nothing fails before the check
   # One argv per config and per search trial (seeds change nothing the checks see).
   by_name = {c.name: c for c in configs}
   checked, seen = [], set()
@@ -78,6 +100,8 @@ def prepare(spec: spec_lib.SweepSpec, sweep_dir: str, train: TrainInterface) -> 
       where = f'config {run.config}' + (f', search trial {run.trial}' if run.is_search else '')
       raise CheckError(f'{where}: {error}')
   runs = plan.plan_runs(spec, configs, default_total_rounds)
+  if only:
+    configs, runs = _only(configs, runs, only)
   return Prepared(spec, sweep_dir, configs, runs, resumed=False,
                   default_total_rounds=default_total_rounds)
 

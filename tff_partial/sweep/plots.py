@@ -29,6 +29,15 @@ def _band(ax, x, mean, std, num_seeds, scale, color):
                     linewidth=0)
 
 
+def _save(fig, ax, path: str) -> str:
+  if ax.get_legend_handles_labels()[0]:
+    ax.legend(fontsize=7, loc='best')
+  fig.tight_layout()
+  fig.savefig(path, dpi=120)
+  plt.close(fig)
+  return path
+
+
 def plot_vs_rounds(summaries: Sequence[summary_lib.ConfigSummary], path: str, *,
                    metric: str, title: str = '') -> str:
   scale, label = _scale(metric)
@@ -45,12 +54,7 @@ def plot_vs_rounds(summaries: Sequence[summary_lib.ConfigSummary], path: str, *,
   ax.set_title(f'{title}: mean over seeds ± 1 std' if title else 'mean over seeds ± 1 std',
                fontsize=10)
   ax.grid(alpha=0.3)
-  if ax.get_legend_handles_labels()[0]:
-    ax.legend(fontsize=7, loc='best')
-  fig.tight_layout()
-  fig.savefig(path, dpi=120)
-  plt.close(fig)
-  return path
+  return _save(fig, ax, path)
 
 
 def plot_vs_bytes(summaries: Sequence[summary_lib.ConfigSummary], path: str, *,
@@ -79,12 +83,7 @@ def plot_vs_bytes(summaries: Sequence[summary_lib.ConfigSummary], path: str, *,
   ax.set_ylabel(label)
   ax.set_title((f'{title}: ' if title else '') + 'final mean with 95% CI (dots)', fontsize=10)
   ax.grid(alpha=0.3, which='both')
-  if ax.get_legend_handles_labels()[0]:
-    ax.legend(fontsize=7, loc='best')
-  fig.tight_layout()
-  fig.savefig(path, dpi=120)
-  plt.close(fig)
-  return path
+  return _save(fig, ax, path)
 
 
 def write(out_dir: str, summaries, *, metric: str, title: str = '') -> list:
