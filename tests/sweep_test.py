@@ -44,6 +44,27 @@ _TIME_COLUMNS = ('training_time_in_seconds', 'evaluation/evaluation_time_in_seco
 _T_975_1 = 12.706204736174707
 
 
+# Two fresh scripts.train processes with the same flags agree only to float32
+# rounding with oneDNN on (TF_ENABLE_ONEDNN_OPTS=1: 4.4534922 vs 4.4534917 for
+# a client's train loss; issue 14 makes them bit-identical). A resume that
+# went wrong (another model, sample or mask) differs far more than this.
+_RTOL = 1e-5
+
+
+def _assert_rows_close(test, rows_a, rows_b, where):
+  """Same rows and keys; numbers equal up to _RTOL, everything else exactly."""
+  test.assertEqual([sorted(r) for r in rows_a], [sorted(r) for r in rows_b], where)
+  for a, b in zip(rows_a, rows_b):
+    for key in a:
+      try:
+        x, y = float(a[key]), float(b[key])
+      except (TypeError, ValueError):
+        test.assertEqual(a[key], b[key], f'{where}: {key}')
+        continue
+      if not (math.isnan(x) and math.isnan(y)):
+        test.assertLessEqual(abs(x - y), _RTOL * max(abs(x), abs(y), 1.0), f'{where}: {key}')
+
+
 def _write_spec(directory, data):
   path = os.path.join(directory, f'{data["name"]}.json')
   with open(path, 'w') as f:
@@ -209,15 +230,15 @@ class SweepGridTest(absltest.TestCase):
     self.assertLen(runs, 8)
     for run in runs:
       full, killed = os.path.join(self.full, run), os.path.join(self.killed, run)
-      self.assertEqual(_metrics(full), _metrics(killed), run)
+      _assert_rows_close(self, _metrics(full), _metrics(killed), run)
       with open(os.path.join(full, plan.FINISHED_FILE)) as a, open(
           os.path.join(killed, plan.FINISHED_FILE)) as b:
-        self.assertEqual(json.load(a), json.load(b), run)
+        _assert_rows_close(self, [json.load(a)], [json.load(b)], run)
       for x, y in zip(testing_utils.load_npz_weights(os.path.join(full, 'model_weights.npz')),
                       testing_utils.load_npz_weights(os.path.join(killed, 'model_weights.npz'))):
-        np.testing.assert_array_equal(x, y)
-    self.assertEqual(_csv_rows(os.path.join(self.full, 'summary', 'summary.csv')),
-                     _csv_rows(os.path.join(self.killed, 'summary', 'summary.csv')))
+        np.testing.assert_allclose(x, y, rtol=_RTOL, atol=_RTOL)
+    _assert_rows_close(self, _csv_rows(os.path.join(self.full, 'summary', 'summary.csv')),
+                       _csv_rows(os.path.join(self.killed, 'summary', 'summary.csv')), 'summary')
 
 
 class SweepLrSearchTest(absltest.TestCase):
