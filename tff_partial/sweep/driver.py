@@ -73,8 +73,9 @@ def prepare(spec: spec_lib.SweepSpec, sweep_dir: str, train: TrainInterface,
   stays the whole spec's.
   """
   configs = spec.expand()
-  if manifest.check(sweep_dir, spec):
-    rounds = manifest.read(sweep_dir)['default_total_rounds']
+  resumed = manifest.check(sweep_dir, spec)
+  rounds = manifest.read(sweep_dir).get('default_total_rounds') if resumed else None
+  if rounds is not None:
     runs = plan.plan_runs(spec, configs, rounds)
     if only:
       configs, runs = _only(configs, runs, only)
@@ -102,7 +103,7 @@ def prepare(spec: spec_lib.SweepSpec, sweep_dir: str, train: TrainInterface,
   runs = plan.plan_runs(spec, configs, default_total_rounds)
   if only:
     configs, runs = _only(configs, runs, only)
-  return Prepared(spec, sweep_dir, configs, runs, resumed=False,
+  return Prepared(spec, sweep_dir, configs, runs, resumed=resumed,
                   default_total_rounds=default_total_rounds)
 
 

@@ -15,6 +15,7 @@ import matplotlib
 
 matplotlib.use('Agg')
 import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+import matplotlib.ticker  # pylint: disable=g-import-not-at-top
 
 from tff_partial.sweep import summary as summary_lib
 
@@ -79,6 +80,8 @@ def plot_vs_bytes(summaries: Sequence[summary_lib.ConfigSummary], path: str, *,
       ax.errorbar([total], [scale * s.metric.mean], yerr=err, fmt='o', color=color,
                   capsize=3, markersize=4)
   ax.set_xscale('log')
+  for axis_formatter in (ax.xaxis.set_major_formatter, ax.xaxis.set_minor_formatter):
+    axis_formatter(matplotlib.ticker.FormatStrFormatter('%g'))
   ax.set_xlabel('MB communicated per participating client (down + up, cumulative)')
   ax.set_ylabel(label)
   ax.set_title((f'{title}: ' if title else '') + 'final mean with 95% CI (dots)', fontsize=10)
