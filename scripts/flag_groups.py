@@ -34,6 +34,16 @@ DATA_DIR = flags.DEFINE_string(
     'h5 for Shakespeare, JPEG class folders for CIFAR-10).')
 CACHE_DIR = flags.DEFINE_string(
     'cache_dir', None, "Cache directory of TFF's datasets (tff.simulation.datasets).")
+EVAL_SPLIT = flags.DEFINE_enum(
+    'eval_split', 'test', registry.EVAL_SPLITS,
+    "What the run evaluates on (metrics.csv's evaluation/*, final_eval.json): "
+    "'test': the task's test clients; 'validation': --validation_fraction of "
+    "every training client's examples, held out of training by a hash keyed "
+    'with --seed (for tuning hyperparameters without the test clients).')
+VALIDATION_FRACTION = flags.DEFINE_float(
+    'validation_fraction', 0.1,
+    'With --eval_split=validation: the fraction of each training client\'s '
+    'examples held out, in (0, 1).')
 
 
 def _define_task_hparam_flags():
@@ -177,6 +187,7 @@ def create_task(task_name: Optional[str] = None, seed: Optional[int] = None) -> 
   """Builds the task selected by the flags (clear `TaskError` on bad input)."""
   task_name = task_name or TASK.value
   train_spec, eval_spec = client_specs()
+  task_seed = SEED.value if seed is None else seed
   task = registry.create_task(
       task_name,
       train_client_spec=train_spec,
@@ -184,7 +195,11 @@ def create_task(task_name: Optional[str] = None, seed: Optional[int] = None) -> 
       data_source=DATA_SOURCE.value,
       data_dir=DATA_DIR.value,
       cache_dir=CACHE_DIR.value,
-      seed=SEED.value if seed is None else seed,
+      seed=task_seed,
       **task_hparams(task_name),
   )
+  if EVAL_SPLIT.value == 'validation':
+    task = task.with_validation_split(VALIDATION_FRACTION.value, task_seed)
+  elif VALIDATION_FRACTION.present:
+    raise FlagError('--validation_fraction applies only to --eval_split=validation')
   return task.with_max_train_batches(CLIENT_MAX_ELEMENTS.value)

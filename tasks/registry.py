@@ -20,6 +20,9 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 DATA_SOURCES = ('auto', 'tff', 'leaf', 'h5', 'jpeg', 'text', 'synthetic')
+# What the training loop evaluates on: the task's test clients, or examples
+# held out of the training clients (`Task.with_validation_split`).
+EVAL_SPLITS = ('test', 'validation')
 
 
 class TaskError(ValueError):
@@ -43,6 +46,9 @@ class Task:
     data_description: one human-readable line on the data (for logs/README).
     oov_token: token tasks: the out-of-vocabulary token id (federated select
       maps the words a client did not select to it); None elsewhere.
+    eval_split: what `centralized_eval_dataset` (the training loop's
+      evaluation) reads: `test` (the test clients) or `validation` (examples
+      held out of the training clients by `with_validation_split`).
   """
 
   name: str
@@ -53,6 +59,7 @@ class Task:
   data_source: str
   data_description: str = ''
   oov_token: Optional[int] = None
+  eval_split: str = 'test'
 
   @property
   def train_data(self) -> tff.simulation.datasets.ClientData:
@@ -104,12 +111,96 @@ class Task:
         self.baseline.model_fn)
     return dataclasses.replace(self, baseline=baseline)
 
+  def with_validation_split(self, fraction: float, seed: int) -> 'Task':
+    """This task trained on all but a held-out `fraction` of each client's examples.
+
+    Every training client keeps its id; each of its examples goes to the
+    validation data with probability `fraction`, decided by a keyed hash of
+    (`seed`, client id, example position), so the split is the same in every
+    process and run with that seed, and no test client is touched. The
+    returned task evaluates on the held-out examples (`eval_split='validation'`);
+    they are its `baseline.datasets.validation_data`, as TFF's
+    `BaselineTaskDatasets` names them.
+    """
+    if not 0.0 < fraction < 1.0:
+      raise TaskError(f'--validation_fraction={fraction} must be in (0, 1)')
+    if seed < 0:
+      raise TaskError(f'--seed={seed} must be >= 0 for a validation split')
+    datasets = self.baseline.datasets
+    train = _HeldOutClientData(datasets.train_data, fraction, seed, held_out=False)
+    validation = _HeldOutClientData(datasets.train_data, fraction, seed, held_out=True)
+    baseline = tff.simulation.baselines.BaselineTask(
+        tff.simulation.baselines.BaselineTaskDatasets(
+            train_data=train,
+            test_data=datasets.test_data,
+            validation_data=validation,
+            train_preprocess_fn=datasets.train_preprocess_fn,
+            eval_preprocess_fn=datasets.eval_preprocess_fn),
+        self.baseline.model_fn)
+    return dataclasses.replace(
+        self, baseline=baseline, eval_split='validation',
+        data_description=(f'{self.data_description}; validation: {fraction:g} of '
+                          f'the training examples held out (seed {seed})'))
+
   def centralized_test_dataset(self) -> tf.data.Dataset:
     """All test examples, preprocessed for evaluation (batched)."""
-    test = self.test_data
-    if isinstance(test, tff.simulation.datasets.ClientData):
-      test = test.create_tf_dataset_from_all_clients()
-    return self.baseline.datasets.eval_preprocess_fn(test)
+    return self._centralized(self.test_data)
+
+  def centralized_eval_dataset(self) -> tf.data.Dataset:
+    """The examples of `eval_split`, preprocessed for evaluation (batched)."""
+    if self.eval_split == 'validation':
+      return self._centralized(self.baseline.datasets.validation_data)
+    return self.centralized_test_dataset()
+
+  def _centralized(self, data) -> tf.data.Dataset:
+    if isinstance(data, tff.simulation.datasets.ClientData):
+      data = data.create_tf_dataset_from_all_clients()
+    return self.baseline.datasets.eval_preprocess_fn(data)
+
+
+class _HeldOutClientData(tff.simulation.datasets.ClientData):
+  """The training clients' examples that are (or are not) held out for validation.
+
+  TFF's `ClientData.preprocess` maps a client's dataset without its id; the
+  split needs the id, so this wraps both dataset constructors of the
+  underlying `ClientData`. An example is held out when the keyed SipHash of
+  `<client id>/<position>` (`tf.strings.to_hash_bucket_strong`, key from the
+  seed) falls below `fraction` of the buckets.
+  """
+
+  _BUCKETS = 1 << 30
+
+  def __init__(self, base, fraction: float, seed: int, *, held_out: bool):
+    self._base = base
+    self._threshold = int(round(fraction * self._BUCKETS))
+    self._key = [int(seed), 0x76616C6964]  # second word: a fixed salt ("valid")
+    self._held_out = held_out
+
+  def _split(self, dataset: tf.data.Dataset, client_id) -> tf.data.Dataset:
+    prefix = tf.strings.join([tf.convert_to_tensor(client_id, tf.string), '/'])
+
+    def keep(position, unused_example):
+      name = tf.strings.join([prefix, tf.strings.as_string(position)])
+      bucket = tf.strings.to_hash_bucket_strong(name, self._BUCKETS, self._key)
+      return tf.equal(bucket < self._threshold, self._held_out)
+
+    return dataset.enumerate().filter(keep).map(lambda _, example: example)
+
+  @property
+  def client_ids(self):
+    return self._base.client_ids
+
+  def create_tf_dataset_for_client(self, client_id: str) -> tf.data.Dataset:
+    return self._split(self._base.create_tf_dataset_for_client(client_id), client_id)
+
+  @property
+  def serializable_dataset_fn(self):
+    base_fn = self._base.serializable_dataset_fn
+    return lambda client_id: self._split(base_fn(client_id), client_id)
+
+  @property
+  def element_type_structure(self):
+    return self._base.element_type_structure
 
 
 @dataclasses.dataclass(frozen=True)

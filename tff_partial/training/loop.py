@@ -66,7 +66,8 @@ def initial_model_weights(task: registry.Task, seed: int) -> tff.learning.models
 
 
 class _Evaluator:
-  """Keras evaluation of server model weights on all test examples."""
+  """Keras evaluation of server model weights on all examples of the task's
+  evaluation split (`task.eval_split`: the test clients, or validation examples)."""
 
   def __init__(self, task: registry.Task):
     self._task = task
@@ -76,14 +77,14 @@ class _Evaluator:
   def __call__(self, model_weights) -> dict:
     if self._model is None:
       self._model = self._task.compiled_keras_model()
-      self._dataset = self._task.centralized_test_dataset().cache()
+      self._dataset = self._task.centralized_eval_dataset().cache()
     model_weights.assign_weights_to(self._model)
     results = self._model.evaluate(self._dataset, verbose=0, return_dict=True)
     return {k: float(v) for k, v in results.items()}
 
 
 def evaluate(task: registry.Task, model_weights) -> dict:
-  """Loss and metrics of `model_weights` on all of the task's test examples."""
+  """Loss and metrics of `model_weights` on all examples of `task.eval_split`."""
   return _Evaluator(task)(model_weights)
 
 

@@ -1,0 +1,145 @@
+r"""Runs a seeded sweep of `scripts.train` runs: grid x seeds, learning-rate search, summary.
+
+  python -m scripts.sweep --spec=experiments/sweeps/fedpt_table1.json --parallel=2
+
+  python -m scripts.sweep --sweep_dir=outputs/sweeps/lr \
+      --set=task=emnist_2nn --set=data_source=synthetic --set=total_rounds=5 \
+      --grid=client_learning_rate=0.03,0.1 --grid=clients_per_round=1,2 --seeds=0,1
+
+Every (config, seed) is a `scripts.train` run in its own directory under
+--sweep_dir, --parallel at a time. Rerunning the same command skips finished
+runs and resumes unfinished ones from their checkpoints. Bad input (a flag
+scripts.train does not have, another method's flags, a sweep directory of
+another spec) stops with one line before anything runs. The spec format, the
+learning-rate search and the summary's definitions: docs/sweeps.md and
+`tff_partial.sweep`.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+from absl import app
+from absl import flags
+
+from tff_partial import sweep
+from tff_partial.sweep import plan
+
+_SPEC = flags.DEFINE_string('spec', None, 'Sweep spec, a JSON file (docs/sweeps.md).')
+_SWEEP_DIR = flags.DEFINE_string(
+    'sweep_dir', None, 'Where the runs and the summary go (default outputs/sweeps/<name>).')
+_NAME = flags.DEFINE_string('name', None, 'Sweep name (overrides the spec\'s "name").')
+_SET = flags.DEFINE_multi_string(
+    'set', [], 'flag=value: a scripts.train flag of every run (added to the spec\'s "base").')
+_GRID = flags.DEFINE_multi_string(
+    'grid', [], 'flag=v1,v2,...: a grid dimension (crossed with the spec\'s "grid"; '
+    'list-valued flags need a spec file).')
+_SEEDS = flags.DEFINE_list('seeds', None, 'Seeds of every config (overrides "seeds").')
+_LR_GRID = flags.DEFINE_multi_string(
+    'lr_grid', [], 'flag=v1,v2,...: a dimension of the learning-rate search on the '
+    'validation split (e.g. client_learning_rate=0.01,0.03,0.1).')
+_ONLY = flags.DEFINE_list(
+    'only', [], 'Run (and summarize) only the configs whose names match one of these '
+    'fnmatch patterns, e.g. "fedavg,select_conv2+select_keys=1*", with the searches they '
+    'need; the sweep directory stays the whole spec\'s.')
+_PARALLEL = flags.DEFINE_integer('parallel', 1, 'Runs at a time.')
+_WORKERS = flags.DEFINE_list(
+    'workers', [], 'Running TFF workers (host:port), shared out among the --parallel runs '
+    '(each gets every --parallel-th one as its --workers).')
+_DRY_RUN = flags.DEFINE_bool(
+    'dry_run', False, 'Check everything and print the runs; run and write nothing.')
+_SUMMARY_ONLY = flags.DEFINE_bool(
+    'summary_only', False, 'Write the summary of the finished runs; start nothing.')
+_SUMMARY_DIR = flags.DEFINE_string(
+    'summary_dir', None, 'Where the tables and plots go (default <sweep_dir>/summary).')
+
+_TRAIN_MODULE = 'scripts.train'
+
+
+def _fail(message: str) -> None:
+  print(f'error: {message}', file=sys.stderr)
+  sys.exit(2)
+
+
+def check_train_argvs(argvs) -> tuple:
+  """(errors, --total_rounds default) from scripts.sweep_check, run in a subprocess.
+
+  A subprocess, because it imports scripts.train (TensorFlow, and flags that
+  would clash with this binary's); this binary itself never imports TensorFlow.
+  """
+  print(f'checking {len(argvs)} training command line(s) with scripts.train\'s flag checks ...',
+        flush=True)
+  request = json.dumps({'argvs': argvs})
+  result = subprocess.run(
+      [sys.executable, '-m', 'scripts.sweep_check'], input=request, capture_output=True,
+      text=True, check=False)
+  if result.returncode != 0:
+    tail = result.stderr.strip().splitlines()[-1:] or ['no output']
+    raise sweep.CheckError(f'scripts.sweep_check failed: {tail[0]}')
+  answer = json.loads(result.stdout.strip().splitlines()[-1])
+  return answer['errors'], answer['total_rounds_default']
+
+
+def train_interface() -> sweep.TrainInterface:
+  return sweep.TrainInterface(
+      command=[sys.executable, '-m', _TRAIN_MODULE], check_fn=check_train_argvs)
+
+
+def _print_plan(prepared) -> None:
+  print(f'sweep {prepared.spec.name} (spec digest {prepared.spec.digest()}) in '
+        f'{prepared.sweep_dir}: {len(prepared.configs)} configs, {len(prepared.runs)} runs, '
+        f'{sum(r.total_rounds for r in prepared.runs)} rounds')
+  for run in prepared.runs:
+    state = 'finished' if plan.is_finished(prepared.sweep_dir, run) else 'to run'
+    tuned = f' (searched values from {run.tuned_by})' if run.tuned_by else ''
+    print(f'  {run.run_id}: {run.total_rounds} rounds, {state}{tuned}')
+
+
+def main(argv):
+  if len(argv) > 1:
+    _fail(f'unexpected arguments: {" ".join(argv[1:])}')
+  if _PARALLEL.value < 1:
+    _fail(f'--parallel={_PARALLEL.value} must be >= 1')
+  if _WORKERS.value and len(_WORKERS.value) < _PARALLEL.value:
+    _fail(f'--workers lists {len(_WORKERS.value)} worker(s); --parallel={_PARALLEL.value} '
+          'needs at least one for each parallel run')
+  try:
+    seeds = [int(s) for s in _SEEDS.value] if _SEEDS.value else None
+  except ValueError:
+    _fail(f'--seeds={",".join(_SEEDS.value)} must be integers')
+  train = train_interface()
+  try:
+    data = sweep.load_spec(_SPEC.value) if _SPEC.value else {}
+    data = sweep.merge_overrides(data, name=_NAME.value, set_flags=_SET.value,
+                                 grid=_GRID.value, seeds=seeds, lr_grid=_LR_GRID.value)
+    spec = sweep.from_dict(data)
+    sweep_dir = _SWEEP_DIR.value or os.path.join('outputs', 'sweeps', spec.name)
+    prepared = sweep.prepare(spec, sweep_dir, train, only=_ONLY.value)
+  except (sweep.SpecError, sweep.SweepDirError, sweep.CheckError) as e:
+    _fail(str(e))
+  except KeyboardInterrupt:
+    print('interrupted before any run started', file=sys.stderr)
+    sys.exit(130)
+  if _DRY_RUN.value:
+    _print_plan(prepared)
+    return
+  if _SUMMARY_ONLY.value:
+    paths = sweep.summarize(prepared, summary_dir=_SUMMARY_DIR.value)
+  else:
+    try:
+      report, paths = sweep.run(prepared, train, parallel=_PARALLEL.value,
+                                workers=_WORKERS.value, summary_dir=_SUMMARY_DIR.value)
+    except sweep.SweepInterrupted as e:
+      print(f'sweep {spec.name}: {e}; the running runs were stopped. Rerun the same command '
+            'to resume.', file=sys.stderr)
+      sys.exit(128 + e.signum)
+    except sweep.SweepDirError as e:
+      _fail(str(e))
+  print(f'summary: {paths["summary"]}')
+  if not _SUMMARY_ONLY.value and report.ids('failed', 'skipped'):
+    sys.exit(1)
+
+
+if __name__ == '__main__':
+  app.run(main)

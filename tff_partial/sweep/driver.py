@@ -1,0 +1,185 @@
+"""A whole sweep: check everything, run the search and the runs, then summarize.
+
+`prepare` does every check before anything runs (spec, sweep directory,
+each config's training flags through `TrainInterface.check_fn`); `run` runs
+what is not finished yet and writes the summary; `summarize` only reads.
+"""
+
+import dataclasses
+import fnmatch
+import os
+from typing import Callable, Optional, Sequence
+
+from tff_partial.sweep import lr_search
+from tff_partial.sweep import manifest
+from tff_partial.sweep import plan
+from tff_partial.sweep import plots
+from tff_partial.sweep import runner
+from tff_partial.sweep import spec as spec_lib
+from tff_partial.sweep import summary
+
+
+class CheckError(ValueError):
+  """A config's training flags are rejected by the training binary's own checks."""
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainInterface:
+  """How the sweep starts and checks training runs.
+
+  command: the argv prefix of a run, e.g. `[python, '-m', 'scripts.train']`.
+  check_fn: list of training argv lists -> (per argv an error line or None,
+    the binary's --total_rounds default); it must check without building
+    anything (the binary's own flag validation).
+  """
+
+  command: Sequence[str]
+  check_fn: Callable[[list], tuple]
+
+
+@dataclasses.dataclass(frozen=True)
+class Prepared:
+  """A checked sweep. resumed: its directory already holds this spec's sweep."""
+
+  spec: spec_lib.SweepSpec
+  sweep_dir: str
+  configs: list
+  runs: list
+  resumed: bool
+  default_total_rounds: int
+
+
+def _only(configs, runs, patterns: Sequence[str]) -> tuple:
+  """The configs whose names match a pattern (fnmatch), their runs and their searches."""
+  chosen = [c for c in configs if any(fnmatch.fnmatchcase(c.name, p) for p in patterns)]
+  if not chosen:
+    raise spec_lib.SpecError(
+        f'--only={",".join(patterns)} matches no config; configs: '
+        + ', '.join(c.name for c in configs))
+  names = {c.name for c in chosen}
+  searched = {r.tuned_by for r in runs if not r.is_search and r.config in names}
+  return chosen, [r for r in runs
+                  if r.config in (searched if r.is_search else names)]
+
+
+def prepare(spec: spec_lib.SweepSpec, sweep_dir: str, train: TrainInterface,
+            only: Sequence[str] = ()) -> Prepared:
+  """Every check, before anything runs or is written; raises with one clear line.
+
+  A sweep directory that holds this spec's manifest passed the checks when it
+  was written; they are not run again. `only`: fnmatch patterns of config
+  names; just those configs (and the searches they need) run and are
+  summarized. Every config is checked all the same, and the sweep directory
+  stays the whole spec's.
+  """
+  configs = spec.expand()
+  resumed = manifest.check(sweep_dir, spec)
+  rounds = manifest.read(sweep_dir).get('default_total_rounds') if resumed else None
+  if rounds is not None:
+    runs = plan.plan_runs(spec, configs, rounds)
+    if only:
+      configs, runs = _only(configs, runs, only)
+    return Prepared(spec, sweep_dir, configs, runs, resumed=True, default_total_rounds=rounds)
+  runs = plan.plan_runs(spec, configs, default_total_rounds=0)  # known after the check
+  if only:
+    _only(configs, runs, only)  # a pattern that matches nothing fails before the check
+  # One argv per config and per search trial (seeds change nothing the checks see).
+  by_name = {c.name: c for c in configs}
+  checked, seen = [], set()
+  for run in runs:
+    key = (run.config, run.trial)
+    if key in seen:
+      continue
+    seen.add(key)
+    tuned = None
+    if run.tuned_by is not None:  # any grid point: the same flag names
+      tuned = spec.lr_search.trials(by_name[run.tuned_by].search_grid)[0][1]
+    checked.append((run, plan.train_argv(sweep_dir, run, tuned)))
+  errors, default_total_rounds = train.check_fn([argv for _, argv in checked])
+  for (run, _), error in zip(checked, errors):
+    if error:
+      where = f'config {run.config}' + (f', search trial {run.trial}' if run.is_search else '')
+      raise CheckError(f'{where}: {error}')
+  runs = plan.plan_runs(spec, configs, default_total_rounds)
+  if only:
+    configs, runs = _only(configs, runs, only)
+  return Prepared(spec, sweep_dir, configs, runs, resumed=resumed,
+                  default_total_rounds=default_total_rounds)
+
+
+class _Choices:
+  """Each searched config's chosen values, read once its search runs finished."""
+
+  def __init__(self, prepared: Prepared):
+    self._p = prepared
+    self._cache = {}
+
+  def get(self, config: str) -> lr_search.Choice:
+    if config not in self._cache:
+      self._cache[config] = lr_search.choose(
+          self._p.sweep_dir, self._p.runs, config, self._p.spec.lr_search)
+    return self._cache[config]
+
+  def available(self) -> dict:
+    """Choices of every searched config whose search can be read (for the summary)."""
+    out = {}
+    for config in self._p.configs:
+      if config.tune:
+        try:
+          out[config.name] = self.get(config.name)
+        except ValueError:
+          pass
+    return out
+
+
+def run(prepared: Prepared, train: TrainInterface, *, parallel: int = 1,
+        workers: Sequence[str] = (), print_fn=print, summary_dir: Optional[str] = None,
+        interactive: Optional[bool] = None) -> tuple:
+  """Runs every unfinished run, then summarizes: (SweepReport, summary paths)."""
+  choices = _Choices(prepared)
+
+  def command(r: plan.Run) -> list:
+    tuned = None
+    if r.tuned_by is not None:
+      try:
+        tuned = choices.get(r.tuned_by).values
+      except ValueError as e:
+        raise runner.SkipRun(str(e)) from e
+    return list(train.command) + plan.train_argv(prepared.sweep_dir, r, tuned)
+
+  with manifest.Lock(prepared.sweep_dir):
+    manifest.write(prepared.sweep_dir, prepared.spec, prepared.default_total_rounds)
+    report = runner.Runner(
+        prepared.sweep_dir, prepared.runs, command, parallel=parallel, workers=workers,
+        name=prepared.spec.name, print_fn=print_fn, interactive=interactive).run()
+  for run_id, reason in report.reasons.items():
+    print_fn(f'{report.states[run_id]}: {run_id}: {reason}')
+  return report, summarize(prepared, summary_dir=summary_dir, choices=choices)
+
+
+def summarize(prepared: Prepared, *, summary_dir: Optional[str] = None,
+              choices: Optional[_Choices] = None) -> dict:
+  """Tables and plots of the finished runs; paths by kind."""
+  spec, sweep_dir = prepared.spec, prepared.sweep_dir
+  options = spec.summary
+  choices = (choices or _Choices(prepared)).available()
+  summaries, results = [], []
+  for config in prepared.configs:
+    config_runs = [r for r in prepared.runs if r.config == config.name and not r.is_search]
+    config_results = [x for x in (summary.read_run(sweep_dir, r, options.metric)
+                                  for r in config_runs) if x is not None]
+    results += config_results
+    tuned_by = config.name if config.tune else config.lr_from
+    tuned = choices[tuned_by].values if tuned_by in choices else {}
+    summaries.append(summary.summarize_config(
+        config, config_runs, config_results, metric=options.metric, tuned=tuned,
+        tolerance=options.plateau_tolerance, window=int(options.plateau_window)))
+  out_dir = summary_dir or os.path.join(sweep_dir, plan.SUMMARY_DIR)
+  paths = summary.write(
+      out_dir, name=spec.name, description=spec.description, summaries=summaries,
+      results=results, choices=choices, metric=options.metric,
+      tolerance=options.plateau_tolerance, window=int(options.plateau_window),
+      search_metric=spec.lr_search.metric if spec.lr_search else options.metric)
+  for path in plots.write(out_dir, summaries, metric=options.metric, title=spec.name):
+    paths[os.path.splitext(os.path.basename(path))[0]] = path
+  return paths

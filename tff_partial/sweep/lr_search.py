@@ -1,0 +1,102 @@
+"""Choosing each config's learning rates from its search runs on the validation split.
+
+The search is a grid (`LrSearch.trials`): `google-vizier` is pinned by TFF,
+but its service client needs `equinox` and further JAX packages that the
+lock does not hold, and a grid's trials are independent, so they run in
+parallel like any other runs of the sweep.
+"""
+
+import dataclasses
+import json
+import math
+import os
+from typing import Optional
+
+import numpy as np
+
+from tff_partial.sweep import plan
+from tff_partial.sweep import spec as spec_lib
+
+
+def _mean(values) -> float:
+  """Mean over seeds; NaN unless every seed finished with a finite value."""
+  values = list(values)
+  if not values or any(v is None or not math.isfinite(v) for v in values):
+    return float('nan')
+  return float(np.mean(values))
+
+
+@dataclasses.dataclass(frozen=True)
+class Trial:
+  """One grid point: its final validation metric and loss per search seed (None: unfinished)."""
+
+  name: str
+  values: dict
+  scores: dict
+  losses: dict
+
+  @property
+  def mean(self) -> float:
+    return _mean(self.scores.values())
+
+  @property
+  def mean_loss(self) -> float:
+    return _mean(self.losses.values())
+
+
+@dataclasses.dataclass(frozen=True)
+class Choice:
+  """The chosen grid point of a config (`values`: flag -> value) and every trial."""
+
+  config: str
+  values: dict
+  score: float
+  trials: list
+
+
+def read_metrics(run_dir: str, metric: str) -> tuple:
+  """(`metric`, loss) from the run's final_eval.json; (None, None) if it did not finish."""
+  path = os.path.join(run_dir, plan.FINISHED_FILE)
+  if not os.path.exists(path):
+    return None, None
+  with open(path) as f:
+    final_eval = json.load(f)
+  if not final_eval:
+    raise ValueError(f'{path} is empty: the validation split held out no example; raise '
+                     '"lr_search".validation_fraction')
+  if metric not in final_eval:
+    raise ValueError(f'{path} has no metric {metric!r} (it has {", ".join(final_eval)}); '
+                     'set "lr_search".metric to one of them')
+  return float(final_eval[metric]), float(final_eval.get('loss', math.nan))
+
+
+def trials(sweep_dir: str, runs, config: str, metric: str) -> list:
+  """The search trials of `config`, in grid order."""
+  by_trial = {}
+  for run in runs:
+    if run.is_search and run.config == config:
+      trial = by_trial.setdefault(run.trial, Trial(run.trial, dict(run.trial_flags), {}, {}))
+      trial.scores[run.seed], trial.losses[run.seed] = read_metrics(
+          plan.run_dir(sweep_dir, run), metric)
+  return list(by_trial.values())
+
+
+def choose(sweep_dir: str, runs, config: str, search: spec_lib.LrSearch) -> Choice:
+  """The trial with the best mean validation metric; ValueError if none finished.
+
+  Equal metrics (frequent for accuracy on a small validation split) go to the
+  lower mean validation loss, then to the first in grid order.
+  """
+  found = trials(sweep_dir, runs, config, search.metric)
+  scored = [t for t in found if math.isfinite(t.mean)]
+  if not scored:
+    raise ValueError(f'no learning-rate search run of {config} finished with a finite '
+                     f'validation {search.metric}')
+  sign = 1.0 if search.maximize else -1.0
+
+  def key(t: Trial):
+    loss = t.mean_loss if math.isfinite(t.mean_loss) else math.inf
+    return (sign * t.mean, -loss)
+
+  best = max(scored, key=key)  # max keeps the first of equals
+  return Choice(config=config, values=dict(best.values), score=best.mean, trials=found)

@@ -1,0 +1,341 @@
+"""Per-config summaries over seeds: final test metrics with 95% intervals, curves, bytes.
+
+Read from each run's own outputs: `final_eval.json` (the final test metrics)
+and `metrics.csv` (per round: `evaluation/<metric>`, `evaluation/loss`,
+`comm/bytes_down_per_client`, `comm/bytes_up_per_client`).
+
+Definitions (also written into summary.md):
+* mean and standard deviation over seeds (sample standard deviation, n - 1);
+  95% confidence interval of the mean from Student's t with n - 1 degrees of
+  freedom (`scipy.stats.t.interval`); none with one seed.
+* best round: the evaluation round at which the mean over seeds of the test
+  metric is highest (lowest for `loss`).
+* plateau round: the mean curve is smoothed by a trailing moving average over
+  `plateau_window` evaluations; the plateau round is the first evaluation
+  round from which the smoothed curve stays within `plateau_tolerance` of its
+  final value. A config "plateaued" when that round is at most 80% of its last
+  round, i.e. the curve moved less than the tolerance over the last 20% or more
+  of training; otherwise it was still moving when it stopped.
+* bytes per client: the sum over training rounds of the exact bytes one
+  participating client receives and sends in that round (the per-round
+  constants of metrics.csv), i.e. the communication of a client that takes
+  part in every round.
+"""
+
+import csv
+import dataclasses
+import json
+import math
+import os
+from typing import Any, Mapping, Optional, Sequence
+
+import numpy as np
+from scipy import stats
+
+from tff_partial.sweep import plan
+
+PLATEAUED_FRACTION = 0.8
+
+
+@dataclasses.dataclass(frozen=True)
+class Stats:
+  n: int
+  mean: float
+  std: float
+  ci_low: float
+  ci_high: float
+
+
+def describe(values: Sequence[float]) -> Stats:
+  """Mean, sample std and the t-based 95% confidence interval of the mean."""
+  values = np.asarray(values, dtype=np.float64)
+  n = len(values)
+  if n == 0:
+    return Stats(0, math.nan, math.nan, math.nan, math.nan)
+  mean = float(np.mean(values))
+  if n == 1:
+    return Stats(1, mean, math.nan, math.nan, math.nan)
+  std = float(np.std(values, ddof=1))
+  if std == 0.0:
+    return Stats(n, mean, 0.0, mean, mean)
+  low, high = stats.t.interval(0.95, n - 1, loc=mean, scale=std / math.sqrt(n))
+  return Stats(n, mean, std, float(low), float(high))
+
+
+def smooth(values: Sequence[float], window: int) -> np.ndarray:
+  """Trailing moving average over `window` points (fewer at the start)."""
+  values = np.asarray(values, dtype=np.float64)
+  sums = np.cumsum(np.concatenate([[0.0], values]))
+  index = np.arange(1, len(values) + 1)
+  start = np.maximum(index - window, 0)
+  return (sums[index] - sums[start]) / (index - start)
+
+
+def plateau_round(rounds: Sequence[int], values: Sequence[float], *, tolerance: float,
+                  window: int) -> Optional[int]:
+  """First round from which the smoothed curve stays within `tolerance` of its end."""
+  if len(values) == 0:
+    return None
+  smoothed = smooth(values, window)
+  outside = np.nonzero(np.abs(smoothed - smoothed[-1]) > tolerance)[0]
+  first = 0 if len(outside) == 0 else int(outside[-1]) + 1
+  return int(rounds[first])
+
+
+def read_metrics_csv(path: str) -> list:
+  """Rows of metrics.csv by round (a round written twice, by a resumed run: the last)."""
+  with open(path, newline='') as f:
+    rows = {int(r['round_num']): r for r in csv.DictReader(f)}
+  return [rows[k] for k in sorted(rows)]
+
+
+def _float(text) -> float:
+  return float(text) if text not in (None, '') else math.nan
+
+
+@dataclasses.dataclass(frozen=True)
+class RunResult:
+  """One finished run: its final test metrics and its evaluation curve."""
+
+  run_id: str
+  config: str
+  seed: int
+  final: Mapping[str, float]
+  rounds: np.ndarray  # evaluation rounds, from 0 (the initial model)
+  metric: np.ndarray  # evaluation/<metric> at `rounds`
+  loss: np.ndarray
+  cumulative_bytes: np.ndarray  # bytes per client (down + up) up to each of `rounds`
+  bytes_down: int
+  bytes_up: int
+
+
+def read_run(sweep_dir: str, run: plan.Run, metric: str) -> Optional[RunResult]:
+  """The results of a finished run (None if it has not finished)."""
+  directory = plan.run_dir(sweep_dir, run)
+  if not plan.is_finished(sweep_dir, run):
+    return None
+  with open(os.path.join(directory, plan.FINISHED_FILE)) as f:
+    final = {k: float(v) for k, v in json.load(f).items()}
+  rows = read_metrics_csv(os.path.join(directory, 'metrics.csv'))
+  per_round = {int(r['round_num']): (int(float(r['comm/bytes_down_per_client'])),
+                                     int(float(r['comm/bytes_up_per_client'])))
+               for r in rows if int(r['round_num']) >= 1}
+  cumulative = {0: 0}
+  for k in range(1, max(per_round, default=0) + 1):
+    down, up = per_round.get(k, (0, 0))
+    cumulative[k] = cumulative[k - 1] + down + up
+  evaluated = [r for r in rows if r.get(f'evaluation/{metric}') not in (None, '')]
+  rounds = np.array([int(r['round_num']) for r in evaluated], dtype=np.int64)
+  return RunResult(
+      run_id=run.run_id, config=run.config, seed=run.seed, final=final, rounds=rounds,
+      metric=np.array([_float(r[f'evaluation/{metric}']) for r in evaluated]),
+      loss=np.array([_float(r.get('evaluation/loss')) for r in evaluated]),
+      cumulative_bytes=np.array([cumulative.get(int(k), 0) for k in rounds], dtype=np.int64),
+      bytes_down=sum(d for d, _ in per_round.values()),
+      bytes_up=sum(u for _, u in per_round.values()))
+
+
+@dataclasses.dataclass(frozen=True)
+class ConfigSummary:
+  """A config over its finished seeds (`metric` and `loss`: final test values)."""
+
+  config: str
+  own_flags: Mapping[str, Any]
+  tuned: Mapping[str, Any]
+  seeds: tuple
+  missing_seeds: tuple
+  metric: Stats
+  loss: Stats
+  rounds: np.ndarray  # evaluation rounds common to all seeds
+  curve_mean: np.ndarray
+  curve_std: np.ndarray
+  cumulative_bytes: np.ndarray
+  best_round: Optional[int]
+  best_value: float
+  plateau_round: Optional[int]
+  plateaued: Optional[bool]
+  last_round: Optional[int]
+  bytes_down: float
+  bytes_up: float
+
+
+def summarize_config(config, runs: Sequence[plan.Run], results: Sequence[RunResult], *,
+                     metric: str, tuned: Mapping[str, Any], tolerance: float,
+                     window: int) -> ConfigSummary:
+  """The summary of one config from its runs' results (finished runs only)."""
+  seeds = tuple(r.seed for r in results)
+  missing = tuple(r.seed for r in runs if r.seed not in seeds)
+  maximize = metric != 'loss'
+  if results:
+    rounds = sorted(set.intersection(*(set(r.rounds.tolist()) for r in results)))
+    curves = np.array([[r.metric[list(r.rounds).index(k)] for k in rounds] for r in results])
+    mean = curves.mean(axis=0)
+    std = curves.std(axis=0, ddof=1) if len(results) > 1 else np.zeros_like(mean)
+    first = results[0]
+    cumulative = np.array([first.cumulative_bytes[list(first.rounds).index(k)] for k in rounds])
+    trained = [i for i, k in enumerate(rounds) if k >= 1]
+  else:
+    rounds, mean, std, cumulative, trained = [], np.array([]), np.array([]), np.array([]), []
+  best_round, best_value, plateau, plateaued, last = None, math.nan, None, None, None
+  if trained:
+    values = mean[trained]
+    kept = [rounds[i] for i in trained]
+    best = int(np.argmax(values) if maximize else np.argmin(values))
+    best_round, best_value = int(kept[best]), float(values[best])
+    plateau = plateau_round(kept, values, tolerance=tolerance, window=window)
+    last = int(kept[-1])
+    plateaued = plateau <= PLATEAUED_FRACTION * last
+  return ConfigSummary(
+      config=config.name, own_flags=dict(config.own_flags), tuned=dict(tuned),
+      seeds=seeds, missing_seeds=missing,
+      metric=describe([r.final[metric] for r in results]),
+      loss=describe([r.final['loss'] for r in results]),
+      rounds=np.asarray(rounds, dtype=np.int64), curve_mean=mean, curve_std=std,
+      cumulative_bytes=np.asarray(cumulative, dtype=np.int64),
+      best_round=best_round, best_value=best_value, plateau_round=plateau,
+      plateaued=plateaued, last_round=last,
+      bytes_down=float(np.mean([r.bytes_down for r in results])) if results else math.nan,
+      bytes_up=float(np.mean([r.bytes_up for r in results])) if results else math.nan)
+
+
+def _cell(value) -> str:
+  if value is None:
+    return ''
+  if isinstance(value, bool):
+    return 'yes' if value else 'no'
+  if isinstance(value, float):
+    return '' if math.isnan(value) else f'{value:.4g}'
+  if isinstance(value, (list, tuple)):
+    return ','.join(map(str, value))
+  return str(value)
+
+
+def _tuned_names(summaries) -> list:
+  names = []
+  for s in summaries:
+    names += [k for k in s.tuned if k not in names]
+  return names
+
+
+def summary_rows(summaries: Sequence[ConfigSummary], metric: str) -> list:
+  """One dict per config: the columns of summary.csv."""
+  rows = []
+  tuned = _tuned_names(summaries)
+  for s in summaries:
+    row = {'config': s.config, 'seeds': len(s.seeds),
+           'missing_seeds': ','.join(map(str, s.missing_seeds))}
+    for name in tuned:
+      row[name] = s.tuned.get(name, '')
+    for key, st in ((metric, s.metric), ('loss', s.loss)):
+      row.update({f'test_{key}_mean': st.mean, f'test_{key}_std': st.std,
+                  f'test_{key}_ci95_low': st.ci_low, f'test_{key}_ci95_high': st.ci_high})
+    row.update({'best_round': s.best_round, f'best_mean_{metric}': s.best_value,
+                'plateau_round': s.plateau_round, 'plateaued': s.plateaued,
+                'last_round': s.last_round,
+                'bytes_down_per_client': s.bytes_down, 'bytes_up_per_client': s.bytes_up,
+                'bytes_total_per_client': s.bytes_down + s.bytes_up})
+    rows.append(row)
+  return rows
+
+
+def _write_csv(path: str, rows: Sequence[Mapping[str, Any]]) -> None:
+  fields = []
+  for row in rows:
+    fields += [k for k in row if k not in fields]
+  tmp = f'{path}.tmp'
+  with open(tmp, 'w', newline='') as f:
+    writer = csv.DictWriter(f, fieldnames=fields)
+    writer.writeheader()
+    for row in rows:
+      writer.writerow({k: ('' if v is None else v) for k, v in row.items()})
+  os.replace(tmp, path)
+
+
+def _mean_std(st: Stats, scale: float = 1.0) -> str:
+  if st.n == 0:
+    return ''
+  if st.n == 1:
+    return f'{scale * st.mean:.2f}'
+  return f'{scale * st.mean:.2f} ± {scale * st.std:.2f}'
+
+
+def _interval(st: Stats, scale: float = 1.0) -> str:
+  if st.n < 2:
+    return ''
+  return f'[{scale * st.ci_low:.2f}, {scale * st.ci_high:.2f}]'
+
+
+def write(out_dir: str, *, name: str, description: str, summaries: Sequence[ConfigSummary],
+          results: Sequence[RunResult], choices: Mapping[str, Any], metric: str,
+          tolerance: float, window: int, search_metric: str = 'accuracy') -> dict:
+  """summary.md, summary.csv, runs.csv and lr_search.csv in `out_dir`; their paths."""
+  os.makedirs(out_dir, exist_ok=True)
+  paths = {key: os.path.join(out_dir, file_name) for key, file_name in (
+      ('summary', 'summary.md'), ('summary_csv', 'summary.csv'), ('runs', 'runs.csv'),
+      ('lr_search', 'lr_search.csv'))}
+  _write_csv(paths['summary_csv'], summary_rows(summaries, metric))
+  run_rows = []
+  for r in results:
+    trained = r.rounds >= 1
+    plateau = plateau_round(r.rounds[trained], r.metric[trained], tolerance=tolerance,
+                            window=window) if trained.any() else None
+    run_rows.append({'run': r.run_id, 'config': r.config, 'seed': r.seed,
+                     f'test_{metric}': r.final[metric], 'test_loss': r.final['loss'],
+                     'plateau_round': plateau, 'bytes_down_per_client': r.bytes_down,
+                     'bytes_up_per_client': r.bytes_up})
+  _write_csv(paths['runs'], run_rows)
+  search_rows = []
+  for config, choice in choices.items():
+    for trial in choice.trials:
+      row = {'config': config, 'trial': trial.name, **trial.values}
+      row.update({f'seed_{s}': v for s, v in trial.scores.items()})
+      row.update({f'mean_validation_{search_metric}': trial.mean,
+                  'mean_validation_loss': trial.mean_loss,
+                  'chosen': trial.values == choice.values})
+      search_rows.append(row)
+  if search_rows:
+    _write_csv(paths['lr_search'], search_rows)
+  else:
+    paths.pop('lr_search')
+
+  scale, unit = (100.0, ' (%)') if metric != 'loss' else (1.0, '')
+  tuned = _tuned_names(summaries)
+  lines = [f'# Sweep `{name}`', '']
+  if description:
+    lines += [description, '']
+  header = (['config', 'seeds'] + [f'tuned {t}' for t in tuned] +
+            [f'test {metric}{unit} mean ± std', '95% CI', 'test loss mean ± std', '95% CI',
+             'best round', 'plateau round', 'plateaued', 'MB per client (down + up)'])
+  lines += ['| ' + ' | '.join(header) + ' |', '|' + '---|' * len(header)]
+  for s in summaries:
+    seeds = f'{len(s.seeds)}' + (f' ({len(s.missing_seeds)} missing)' if s.missing_seeds else '')
+    cells = ([s.config, seeds] + [_cell(s.tuned.get(t)) for t in tuned] +
+             [_mean_std(s.metric, scale), _interval(s.metric, scale), _mean_std(s.loss),
+              _interval(s.loss), _cell(s.best_round), _cell(s.plateau_round),
+              _cell(s.plateaued),
+              '' if math.isnan(s.bytes_down) else f'{(s.bytes_down + s.bytes_up) / 1e6:.1f}'])
+    lines.append('| ' + ' | '.join(cells) + ' |')
+  lines += ['', '| config | flags beyond the base |', '|---|---|']
+  for s in summaries:
+    flags = ' '.join(f'--{k}={_cell(v)}' for k, v in s.own_flags.items())
+    lines.append(f'| {s.config} | {flags} |')
+  lines += [
+      '',
+      f'Final test {metric} and loss: each run\'s `final_eval.json` (the test clients), over '
+      'seeds: mean ± sample standard deviation; 95% CI of the mean from Student\'s t with '
+      'n - 1 degrees of freedom.',
+      f'Best round: where the mean-over-seeds test {metric} curve peaks. Plateau round: the '
+      f'first evaluation round from which that curve, smoothed by a trailing mean over '
+      f'{window} evaluations, stays within {tolerance:g} of its final smoothed value; '
+      f'"plateaued": the plateau round is at most {PLATEAUED_FRACTION:.0%} of the last round.',
+      'MB per client: the exact bytes a participating client receives plus sends, summed over '
+      'all rounds (metrics.csv).',
+  ]
+  if search_rows:
+    lines.append(f'Tuned values: the best mean final validation {search_metric} of the '
+                 'learning-rate search (held-out training examples; lr_search.csv).')
+  tmp = f'{paths["summary"]}.tmp'
+  with open(tmp, 'w') as f:
+    f.write('\n'.join(lines) + '\n')
+  os.replace(tmp, paths['summary'])
+  return paths
