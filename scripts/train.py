@@ -24,6 +24,7 @@ from scripts import methods
 from scripts import runtime_flags
 from scripts.methods import aggregators
 from tasks import registry
+from tff_partial.training import determinism
 from tff_partial.training import loop
 from tff_partial.training import method as method_lib
 
@@ -61,6 +62,11 @@ def _validate_common() -> None:
   if not _DRY_RUN.value and not flag_groups.EXPERIMENT_NAME.value:
     raise flag_groups.FlagError('--experiment_name is required to train (outputs go to '
                                 '<root_output_dir>/<experiment_name>/)')
+  name = flag_groups.EXPERIMENT_NAME.value
+  if name and (os.path.isabs(name) or '..' in name.replace('\\', '/').split('/')):
+    raise flag_groups.FlagError(
+        f'--experiment_name={name!r} must be a relative path inside --root_output_dir '
+        '(no leading / and no ..)')
 
 
 def run_flags() -> dict:
@@ -99,6 +105,8 @@ def main(argv):
     _fail(f'unexpected arguments: {" ".join(argv[1:])}')
   try:
     _validate_common()
+    # Before TFF starts its worker, which inherits the setting.
+    determinism.configure(flag_groups.DETERMINISTIC.value)
     runtime_flags.configure_from_flags()
     task = flag_groups.create_task()
     if flag_groups.CLIENTS_PER_ROUND.value > task.population:
