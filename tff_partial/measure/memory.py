@@ -184,6 +184,18 @@ def graph_step_peak(ops) -> int:
   return int(peak)
 
 
+def _needed_nodes(graph_def, fetch: str) -> set:
+  """Names of the nodes `fetch` depends on (data and control inputs)."""
+  inputs = {n.name: [i.lstrip('^').split(':')[0] for i in n.input] for n in graph_def.node}
+  needed, todo = set(), [fetch]
+  while todo:
+    name = todo.pop()
+    if name not in needed:
+      needed.add(name)
+      todo.extend(inputs[name])
+  return needed
+
+
 def _build_step(tf, keras_model_fn, loss_fn, input_shape, input_dtype, label_shape,
                 num_classes, batch_size, trainable_mask, mode, seed):
   """(graph_def, init op name, step op name, info) of the sequential step."""
@@ -227,8 +239,7 @@ def _build_step(tf, keras_model_fn, loss_fn, input_shape, input_dtype, label_sha
         gradient_bytes=int(gradient_bytes))
   graph_def = graph.as_graph_def()
   # One fixed order: each op the step needs waits for the one created before it.
-  needed = {n.name for n in tf.compat.v1.graph_util.extract_sub_graph(
-      graph_def, [step.name]).node}
+  needed = _needed_nodes(graph_def, step.name)
   step_names = {op.name for op in step_ops} & needed
   info['graph_step_peak'] = graph_step_peak([op for op in step_ops if op.name in step_names])
   previous = None
