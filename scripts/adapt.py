@@ -20,6 +20,7 @@ Writes `<results_dir>/participants.csv` (one row per participant),
 `python -m scripts.plot --csv=<results_dir>/participants.csv`.
 """
 
+import hashlib
 import json
 import os
 import random
@@ -38,6 +39,8 @@ from tasks import registry
 from tff_partial.adaptation import evaluation
 from tff_partial.adaptation import strategies
 from tff_partial.adaptation import summary as summary_lib
+from tff_partial.training import atomic
+from tff_partial.training import determinism
 
 _RUN_DIR = flags.DEFINE_string(
     'run_dir', None, 'Directory of a scripts.train run (model_weights.npz, flags.json).')
@@ -233,14 +236,34 @@ def run(output_dir: str) -> dict:
   ids = _participants(task, _NUM_PARTICIPANTS.value, flag_groups.SEED.value)
   logging.info('Adapting %s (%s) on %d participants of %s',
                run_dir, saved.get('aggregator', 'mean'), len(ids), task.name)
-  rows = []
   csv_path = os.path.join(output_dir, 'participants.csv')
   reused = _reused_local(_REUSE_LOCAL_FROM.value) if _REUSE_LOCAL_FROM.value else None
   if reused is not None and set(ids) - set(reused):
     raise flag_groups.FlagError(
         f'--reuse_local_from={_REUSE_LOCAL_FROM.value!r} lacks participants '
         f'{sorted(set(ids) - set(reused))[:5]}...; use the same --num_participants and --seed')
+  run_info = {
+      'run_dir': os.path.abspath(run_dir),
+      'task': task.name,
+      'data_source': task.data_source,
+      'algorithm': saved.get('algorithm', 'fedavg'),
+      'aggregator': saved.get('aggregator', 'mean'),
+      'noise_multiplier': saved.get('noise_multiplier'),
+  }
+  config = {
+      name: flags.FLAGS[name].value for name in (
+          'local_epochs', 'local_learning_rate', 'adapt_epochs',
+          'adapt_learning_rate', 'adapt_batch_size', 'adapt_momentum',
+          'ewc_lambda', 'fisher_batch_size', 'fisher_max_examples', 'kd_alpha',
+          'kd_temperature', 'split', 'test_fraction', 'seed', 'reuse_local_from')}
+  finished = _resume(output_dir, csv_path, dict(
+      run=run_info, config=config, participants=ids,
+      columns=list(evaluator.columns), weights_sha256=_sha256(weights_path)))
+  rows = []
   for index, client_id in enumerate(_progress(ids)):
+    if client_id in finished:
+      rows.append(finished[client_id])
+      continue
     try:
       data = evaluation.participant_data(
           task, client_id, split=_SPLIT.value, test_fraction=_TEST_FRACTION.value)
@@ -250,31 +273,60 @@ def run(output_dir: str) -> dict:
     rows.append(evaluator.evaluate(
         data, participant_index=index,
         local_accuracy=None if reused is None else reused[client_id]))
-    summary_lib.write_csv(csv_path, rows, evaluator.columns)  # partial results survive
+    summary_lib.write_csv(csv_path, rows, evaluator.columns)  # atomic: a kill keeps the rows so far
   result = summary_lib.summarize(rows, strategy_names)
-  result['run'] = {
-      'run_dir': os.path.abspath(run_dir),
-      'task': task.name,
-      'data_source': task.data_source,
-      'algorithm': saved.get('algorithm', 'fedavg'),
-      'aggregator': saved.get('aggregator', 'mean'),
-      'noise_multiplier': saved.get('noise_multiplier'),
-  }
-  result['config'] = {
-      name: flags.FLAGS[name].value for name in (
-          'local_epochs', 'local_learning_rate', 'adapt_epochs',
-          'adapt_learning_rate', 'adapt_batch_size', 'adapt_momentum',
-          'ewc_lambda', 'fisher_batch_size', 'fisher_max_examples', 'kd_alpha',
-          'kd_temperature', 'split', 'test_fraction', 'seed', 'reuse_local_from')}
-  with open(os.path.join(output_dir, 'summary.json'), 'w') as f:
+  result['run'] = run_info
+  result['config'] = config
+  with atomic.atomic_write(os.path.join(output_dir, 'summary.json')) as f:
     json.dump(result, f, indent=2)
   return result
+
+
+_RESUME_FILE = 'participants.json'
+
+
+def _sha256(path: str) -> str:
+  digest = hashlib.sha256()
+  with open(path, 'rb') as f:
+    for block in iter(lambda: f.read(1 << 20), b''):
+      digest.update(block)
+  return digest.hexdigest()
+
+
+def _resume(output_dir: str, csv_path: str, key: dict) -> dict:
+  """participant -> finished row of an interrupted run with the same `key`.
+
+  `key` (run, flags, participants, columns, the model's hash) is saved as
+  participants.json beside participants.csv; a results dir that holds rows
+  of another adaptation is refused rather than mixed.
+  """
+  key_path = os.path.join(output_dir, _RESUME_FILE)
+  key = json.loads(json.dumps(key))  # as it reads back from the file
+  if os.path.exists(csv_path):
+    saved = None
+    if os.path.exists(key_path):
+      with open(key_path) as f:
+        saved = json.load(f)
+    if saved != key:
+      raise flag_groups.FlagError(
+          f'--results_dir={output_dir!r} holds participants.csv of another '
+          'adaptation (other run, model, participants or flags); use another '
+          '--results_dir, or the same flags to resume it')
+    rows, _ = summary_lib.read_csv(csv_path)
+    if rows:
+      logging.info('Resuming: %d participants already in %s', len(rows), csv_path)
+    return {r['participant']: r for r in rows}
+  with atomic.atomic_write(key_path) as f:
+    json.dump(key, f, indent=2)
+  return {}
 
 
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
   output_dir = _RESULTS_DIR.value or os.path.join(_RUN_DIR.value or '.', 'adaptation')
+  # Before TFF starts its worker (--train_if_missing), which inherits it.
+  determinism.configure(flag_groups.DETERMINISTIC.value)
   try:
     result = run(output_dir)
   except (flag_groups.FlagError, registry.TaskError) as e:

@@ -144,6 +144,12 @@ OUTPUT_DIR = flags.DEFINE_string(
     'Where a reporting binary writes its results (scripts.benchmark: '
     'benchmark.json/.md; scripts.plot: PNGs, default the CSV folder).')
 ROUNDS_PER_CHECKPOINT = flags.DEFINE_integer('rounds_per_checkpoint', 10, 'Checkpoint every this many rounds.')
+DETERMINISTIC = flags.DEFINE_bool(
+    'deterministic', True,
+    "TensorFlow op determinism in this process and TFF's worker "
+    '(TF_DETERMINISTIC_OPS=1): the same flags and --seed give bit-identical '
+    'weights and metrics in any process, also across a kill and resume. '
+    'Measured cost: SPEED_COST_TBD. --nodeterministic keeps TensorFlow\'s default.')
 
 
 def check_positive(flag_holder) -> None:

@@ -24,6 +24,7 @@ from scripts import methods
 from scripts import runtime_flags
 from scripts.methods import aggregators
 from tasks import registry
+from tff_partial.training import determinism
 from tff_partial.training import loop
 from tff_partial.training import method as method_lib
 
@@ -69,17 +70,25 @@ def _validate_common() -> None:
   if not _DRY_RUN.value and not flag_groups.EXPERIMENT_NAME.value:
     raise flag_groups.FlagError('--experiment_name is required to train (outputs go to '
                                 '<root_output_dir>/<experiment_name>/)')
+  name = flag_groups.EXPERIMENT_NAME.value
+  if name and (os.path.isabs(name) or '..' in name.replace('\\', '/').split('/')):
+    raise flag_groups.FlagError(
+        f'--experiment_name={name!r} must be a relative path inside --root_output_dir '
+        '(no leading / and no ..)')
 
 
-def run_flags() -> dict:
-  """The flags this run depends on (saved as flags.json beside the outputs)."""
+def run_flags(attribute: str = 'value') -> dict:
+  """The flags this run depends on (saved as flags.json beside the outputs).
+
+  `attribute='default'` gives their defaults instead of their values.
+  """
   values = {}
   for module_name, module_flags in flags.FLAGS.flags_by_module_dict().items():
     # absl files flags of the `python -m` main module under sys.argv[0].
     if module_name.startswith('scripts.') or module_name in ('__main__', sys.argv[0]):
       for flag in module_flags:
         if flag.name not in _NOT_SAVED:
-          values[flag.name] = flag.value
+          values[flag.name] = getattr(flag, attribute)
   return dict(sorted(values.items()))
 
 
@@ -126,7 +135,14 @@ def train_built(task: registry.Task, built: method_lib.BuiltMethod,
       run_flags=run_flags,
       print_fn=print_fn,
       privacy_note=choice.privacy_note,
+      flag_defaults=run_flags_defaults(run_flags),
   )
+
+
+def run_flags_defaults(saved_flags: dict) -> dict:
+  """The defaults of the flags in `saved_flags` (see `loop.check_or_save_flags`)."""
+  defaults = run_flags('default')
+  return {k: defaults[k] for k in saved_flags if k in defaults}
 
 
 def main(argv):
@@ -134,6 +150,8 @@ def main(argv):
     _fail(f'unexpected arguments: {" ".join(argv[1:])}')
   try:
     _validate_common()
+    # Before TFF starts its worker, which inherits the setting.
+    determinism.configure(flag_groups.DETERMINISTIC.value)
     runtime_flags.configure_from_flags()
     task = flag_groups.create_task()
     if flag_groups.CLIENTS_PER_ROUND.value > task.population:

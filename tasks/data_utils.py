@@ -102,11 +102,13 @@ class InMemoryClientData(tff.simulation.datasets.TestClientData):
   def create_tf_dataset_from_all_clients(self, seed=None) -> tf.data.Dataset:
     first = next(iter(self._arrays.values()))
     merged = {k: np.concatenate([c[k] for c in self._arrays.values()]) for k in first}
-    dataset = tf.data.Dataset.from_tensor_slices(type(first)(
-        (k, merged[k]) for k in first))
     if seed is not None:
-      dataset = dataset.shuffle(len(merged[next(iter(first))]), seed=seed)
-    return dataset
+      # A permutation of the host arrays: the same order in every process
+      # (`Dataset.shuffle`'s depends on the global TF seed).
+      order = np.random.RandomState(seed).permutation(len(merged[next(iter(first))]))
+      merged = {k: v[order] for k, v in merged.items()}
+    return tf.data.Dataset.from_tensor_slices(type(first)(
+        (k, merged[k]) for k in first))
 
 
 def client_data_from_arrays(

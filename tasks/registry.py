@@ -154,7 +154,9 @@ class Task:
 
   def _centralized(self, data) -> tf.data.Dataset:
     if isinstance(data, tff.simulation.datasets.ClientData):
-      data = data.create_tf_dataset_from_all_clients()
+      # A fixed client order: TFF's ClientData draws a random one without a
+      # seed, which changes the evaluation's float sums from run to run.
+      data = data.create_tf_dataset_from_all_clients(seed=0)
     return self.baseline.datasets.eval_preprocess_fn(data)
 
 
@@ -351,6 +353,11 @@ def make_baseline_task(
   input_spec = datasets.element_type_structure
 
   def model_fn() -> tff.learning.models.VariableModel:
+    # Random ops of the model (dropout) take their op seeds from the graph
+    # seed. TFF traces model_fn in graphs of its own that have none, and op
+    # determinism (scripts' --deterministic) refuses unseeded random ops.
+    if not tf.executing_eagerly() and tf.compat.v1.get_default_graph().seed is None:
+      tf.compat.v1.set_random_seed(0)
     return tff.learning.models.from_keras_model(
         keras_model=keras_model_fn(),
         loss=loss_fn(),

@@ -1,10 +1,12 @@
 """Smoke tests of scripts.adapt on synthetic EMNIST (a fake run directory)."""
 
 import csv
+import io
 import json
 import os
 import shutil
 import tempfile
+from unittest import mock
 
 from absl import flags
 from absl.testing import flagsaver
@@ -13,6 +15,7 @@ import tensorflow as tf
 
 from scripts import adapt
 from tasks import emnist
+from tff_partial.adaptation import evaluation
 
 FLAGS = flags.FLAGS
 
@@ -105,6 +108,44 @@ class AdaptMainTest(tf.test.TestCase):
     self.assertTrue(os.path.exists(os.path.join(run_dir, 'model_weights.npz')))
     with open(os.path.join(out, 'summary.json')) as f:
       self.assertEqual(json.load(f)['num_participants'], 2)
+
+  def test_interrupted_adaptation_resumes_with_its_finished_rows(self):
+    out = os.path.join(self.dir, 'resumed')
+    settings = dict(run_dir=self.run_dir, results_dir=out, num_participants=2,
+                    local_epochs=1, adapt_epochs=1, adapt_batch_size=4,
+                    strategies=['finetune'], seed=1)
+    original = evaluation.ParticipantEvaluator.evaluate
+    calls = []
+
+    def evaluate_then_die(evaluator, *args, **kwargs):
+      calls.append(1)
+      if len(calls) == 2:  # killed while adapting the second participant
+        raise KeyboardInterrupt
+      return original(evaluator, *args, **kwargs)
+
+    csv_path = os.path.join(out, 'participants.csv')
+    with flagsaver.flagsaver(**settings):
+      with mock.patch.object(evaluation.ParticipantEvaluator, 'evaluate', evaluate_then_die):
+        with self.assertRaises(KeyboardInterrupt):
+          adapt.run(out)
+      with open(csv_path) as f:
+        first = f.read()
+      self.assertEqual([r['participant'] for r in csv.DictReader(io.StringIO(first))],
+                       ['synthetic1'])
+      self.assertFalse(os.path.exists(os.path.join(out, 'summary.json')))
+      # The rerun keeps the finished row as it was and adapts only the second.
+      with mock.patch.object(evaluation.ParticipantEvaluator, 'evaluate',
+                             autospec=True, side_effect=original) as spy:
+        adapt.run(out)
+      self.assertEqual(spy.call_count, 1)
+    with open(csv_path) as f:
+      lines = f.read().splitlines()
+    self.assertEqual(lines[:2], first.splitlines())
+    self.assertEqual([l.split(',')[0] for l in lines[1:]], ['synthetic1', 'synthetic2'])
+    # Other flags on the same results: refused, not mixed in.
+    with flagsaver.flagsaver(**dict(settings, adapt_epochs=2)):
+      with self.assertRaisesRegex(ValueError, 'another adaptation'):
+        adapt.run(out)
 
   def test_bad_flags_raise_clear_errors(self):
     with flagsaver.flagsaver(run_dir=self.run_dir, task='emnist_2nn'):

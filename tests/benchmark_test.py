@@ -55,12 +55,15 @@ class BenchmarkTest(absltest.TestCase):
     self.assertNotIn('skipped', rows['pvt_half'])
     # Client extra training memory (tff_partial.measure.memory): TFF's and this
     # package's FedAvg train the same variables, so they share one measurement;
-    # freezing dense1 (80% of the parameters) must save most of it (measured:
-    # 21.7 MB all-variable vs 2.5-5.4 MB without dense1's gradient).
+    # freezing dense1 saves its kernel's gradient (measured on TF's Eigen
+    # path: 42.4 MB all-variable vs 36.0 MB; the convolutions' gradients need
+    # Eigen's im2col buffers, about 32 MB, either way).
     all_vars = rows['fedavg']['client_extra_memory_bytes']
-    self.assertGreater(all_vars, 4 * 1690046 * 0.5)  # at least dense1's gradient
+    self.assertGreater(all_vars, 4 * 1690046)  # at least every gradient
     self.assertEqual(rows['tff_fedavg']['client_extra_memory_bytes'], all_vars)
-    self.assertLess(rows['fedpt_dense1']['client_extra_memory_bytes'], 0.5 * all_vars)
+    dense1_kernel = 4 * 3136 * 512
+    self.assertGreater(all_vars - rows['fedpt_dense1']['client_extra_memory_bytes'],
+                       0.9 * dense1_kernel)
     self.assertEqual(rows['fedpt_dense1']['client_extra_memory_bytes_max'],
                      rows['fedpt_dense1']['client_extra_memory_bytes'])
     self.assertLessEqual(rows['pvt_half']['client_extra_memory_bytes'],

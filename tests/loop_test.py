@@ -70,6 +70,51 @@ class LoopTest(tf.test.TestCase):
     self.assertLen(full_rows, 5)
     self.assertEqual(full_rows, _rows(os.path.join(resumed_dir, 'metrics.csv')))
 
+  def test_rerun_of_a_finished_run_is_a_no_op(self):
+    # 3 rounds, checkpoints every 2: the final state (round 3) is saved by the
+    # loop itself; a rerun used to save it again (ProgramStateExistsError).
+    out = os.path.join(self.create_tempdir().full_path, 'run')
+    first = self._train(out, total_rounds=3)
+    names = ('final_eval.json', 'model_weights.npz', 'metrics.csv', 'flags.json')
+
+    def snapshot():
+      files = {}
+      for name in names:
+        path = os.path.join(out, name)
+        if os.path.exists(path):
+          with open(path, 'rb') as f:
+            files[name] = (os.stat(path).st_mtime_ns, f.read())
+      return files, sorted(os.listdir(os.path.join(out, 'checkpoints')))
+
+    before = snapshot()
+    lines = []
+    again = loop.run_training(
+        self.task, self.built, total_rounds=3, clients_per_round=3, seed=7,
+        output_dir=out, rounds_per_checkpoint=2, print_fn=lines.append)
+    self.assertEqual(lines, [f'{out} holds a finished run (round 3/3); nothing to do'])
+    self.assertEqual(snapshot(), before)
+    self.assertEqual(again.final_eval, first.final_eval)
+    # Fewer rounds than checkpointed: a clear error, nothing written.
+    with self.assertRaisesRegex(loop.RunConfigMismatchError, 'round 3, beyond --total_rounds=2'):
+      self._train(out, total_rounds=2)
+    self.assertEqual(snapshot(), before)
+
+  def test_run_killed_after_its_last_checkpoint_writes_its_outputs_on_rerun(self):
+    out = os.path.join(self.create_tempdir().full_path, 'run')
+    self._train(out, total_rounds=3)
+    weights = _weights(os.path.join(out, 'model_weights.npz'))
+    with open(os.path.join(out, 'final_eval.json')) as f:
+      final_eval = f.read()
+    # Killed between the round-3 checkpoint and the final outputs.
+    os.remove(os.path.join(out, 'final_eval.json'))
+    os.remove(os.path.join(out, 'model_weights.npz'))
+    self._train(out, total_rounds=3)
+    with open(os.path.join(out, 'final_eval.json')) as f:
+      self.assertEqual(f.read(), final_eval)
+    for a, b in zip(weights, _weights(os.path.join(out, 'model_weights.npz'))):
+      np.testing.assert_array_equal(a, b)
+    self.assertLen(_rows(os.path.join(out, 'metrics.csv')), 4)
+
   def test_same_seed_same_run_and_other_seed_differs(self):
     a = loop.run_training(self.task, self.built, total_rounds=1, clients_per_round=2, seed=3,
                           output_dir=None, print_fn=lambda _: None)
@@ -87,6 +132,26 @@ class LoopTest(tf.test.TestCase):
     for a, b in zip(w1, w2):
       np.testing.assert_array_equal(a, b)
     self.assertFalse(np.array_equal(w1[0], w3[0]))
+
+
+class FlagsFileTest(tf.test.TestCase):
+  """`check_or_save_flags`: what may differ when a run is resumed."""
+
+  def test_a_flag_newer_than_the_saved_file_resumes_only_at_its_default(self):
+    out = self.create_tempdir().full_path
+    loop.check_or_save_flags(out, {'task': 'emnist_cnn', 'seed': 0})
+    defaults = {'eval_split': 'test', 'seed': 0, 'task': 'emnist_cnn'}
+    loop.check_or_save_flags(out, {'task': 'emnist_cnn', 'seed': 0, 'eval_split': 'test'},
+                             defaults)
+    with self.assertRaisesRegex(loop.RunConfigMismatchError,
+                                "--eval_split: saved 'test' vs now 'validation'"):
+      loop.check_or_save_flags(
+          out, {'task': 'emnist_cnn', 'seed': 0, 'eval_split': 'validation'}, defaults)
+    with self.assertRaisesRegex(loop.RunConfigMismatchError, '--seed: saved 0 vs now 1'):
+      loop.check_or_save_flags(out, {'task': 'emnist_cnn', 'seed': 1}, defaults)
+    # Where clients run is not what they compute.
+    loop.check_or_save_flags(out, {'task': 'emnist_cnn', 'seed': 0, 'workers': ['a:1'],
+                                   'worker_max_clients_per_subround': 5})
 
 
 class FemnistFedAvgLearnsTest(tf.test.TestCase):

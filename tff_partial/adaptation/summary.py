@@ -19,6 +19,8 @@ import csv
 import statistics
 from typing import Iterable, Mapping, Sequence
 
+from tff_partial.training import atomic
+
 FEDERATED = 'federated'
 LOCAL = 'local'
 BEST = 'best_adapted'
@@ -26,7 +28,8 @@ _ID_COLUMNS = ('participant', 'split', 'num_train', 'num_test')
 
 
 def write_csv(path: str, rows: Sequence[Mapping], columns: Sequence[str]) -> None:
-  with open(path, 'w', newline='') as f:
+  """Writes the rows atomically: a kill leaves the previous file whole."""
+  with atomic.atomic_write(path, newline='') as f:
     writer = csv.DictWriter(f, fieldnames=list(columns))
     writer.writeheader()
     for row in rows:

@@ -17,6 +17,7 @@ an uninterrupted one.
 
 import asyncio
 import collections
+import contextlib
 import dataclasses
 import json
 import os
@@ -29,16 +30,19 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tasks import registry
+from tff_partial.training import atomic
 from tff_partial.training import method as method_lib
 
 _SHUFFLE_BUFFER = 1000
 _FLAGS_FILE = 'flags.json'
 _WEIGHTS_FILE = 'model_weights.npz'
+_FINAL_EVAL_FILE = 'final_eval.json'
 # Flags that may change between a run and its resumption without changing
 # what is computed.
 RESUMABLE_FLAG_CHANGES = frozenset(
     {'total_rounds', 'rounds_per_eval', 'rounds_per_checkpoint', 'workers',
-     'worker_rpc_timeout_s'})
+     'allow_remote_workers', 'worker_rpc_timeout_s', 'worker_max_clients_per_subround',
+     'deterministic'})
 
 
 class RunConfigMismatchError(ValueError):
@@ -56,6 +60,39 @@ def client_seed(seed: int, round_num: int, client_index: int) -> int:
   """A 31-bit seed that is a pure function of (seed, round, client slot)."""
   mixed = np.random.SeedSequence([seed, round_num, client_index]).generate_state(1)
   return int(mixed[0] & 0x7FFFFFFF)
+
+
+def seeded_shuffle(dataset: tf.data.Dataset, seed: int, round_num: int,
+                   client_index: int,
+                   buffer_size: int = _SHUFFLE_BUFFER) -> tf.data.Dataset:
+  """`dataset` shuffled (reshuffled each epoch) as a pure function of its seeds.
+
+  Two flaws of `Dataset.shuffle(seed=...)` make it unfit here (measured with
+  TF 2.14, see tests/determinism_test.py):
+  * its order depends on the global TF seed (`tf.random.set_seed`), which a
+    fresh run and a resumed run set differently;
+  * eager `shuffle` builds a `ShuffleDatasetV3` whose serialized graph carries
+    the resource handle of its seed generator. Where the graph is rebuilt
+    (TFF's worker, tf.data's own graph rewrites) the kernel looks that name up
+    and, when a live generator of another dataset has it, shares that one
+    (other seeds, advanced state). With clients run concurrently, which one
+    it finds depends on timing: two fresh runs gave different orders.
+  The V1 `ShuffleDataset` kernel serializes only its two seeds, so a rebuilt
+  dataset always starts from them; both seeds are explicit, so the global
+  seed plays no part. Same buffer semantics as `Dataset.shuffle`.
+  """
+  seeds = np.random.SeedSequence([seed, round_num, client_index, 1]).generate_state(2)
+  # (0, 0) would mean "seed at random" to the kernel.
+  seed1, seed2 = int(seeds[0] & 0x7FFFFFFF) | 1, int(seeds[1] & 0x7FFFFFFF)
+  variant = tf.raw_ops.ShuffleDataset(
+      input_dataset=tf.data.experimental.to_variant(dataset),
+      buffer_size=tf.constant(buffer_size, tf.int64),
+      seed=tf.constant(seed1, tf.int64),
+      seed2=tf.constant(seed2, tf.int64),
+      output_types=dataset._flat_types,  # pylint: disable=protected-access
+      output_shapes=dataset._flat_shapes,  # pylint: disable=protected-access
+      reshuffle_each_iteration=True)
+  return tf.data.experimental.from_variant(variant, dataset.element_spec)
 
 
 def initial_model_weights(task: registry.Task, seed: int) -> tff.learning.models.ModelWeights:
@@ -104,26 +141,37 @@ def build_client_selection_fn(
   client_ids = list(task.train_data.client_ids)
   sample = tff.simulation.build_uniform_sampling_fn(
       client_ids, replace=False, random_seed=seed)
-  preprocess = task.baseline.datasets.train_preprocess_fn
 
   def select(round_num: int) -> list:
-    values = []
     if client_indices_fn is not None:
       chosen = [client_ids[int(i)] for i in client_indices_fn(round_num)]
     else:
       chosen = sample(round_num, clients_per_round)
-    for index, client_id in enumerate(chosen):
-      raw = task.train_data.create_tf_dataset_for_client(client_id)
-      raw = raw.shuffle(_SHUFFLE_BUFFER, seed=client_seed(seed, round_num, index),
-                        reshuffle_each_iteration=True)
-      dataset = preprocess(raw)
-      if built.client_input_fn is not None:
-        values.append(built.client_input_fn(round_num, index, client_id, dataset))
-      else:
-        values.append(dataset)
-    return values
+    return [client_value(task, built, seed, round_num, index, client_id)
+            for index, client_id in enumerate(chosen)]
 
   return select
+
+
+def client_value(task: registry.Task, built: method_lib.BuiltMethod, seed: int,
+                 round_num: int, client_index: int, client_id: str,
+                 raw: Optional[tf.data.Dataset] = None):
+  """What `built.process.next` takes for one client: its data, shuffled
+  (`seeded_shuffle`) and preprocessed, through `built.client_input_fn`.
+
+  `raw` replaces the client's raw dataset (e.g. an empty one for timing).
+  """
+  if raw is None:
+    raw = task.train_data.create_tf_dataset_for_client(client_id)
+  raw = seeded_shuffle(raw, seed, round_num, client_index)
+  # Random ops that preprocessing traces (e.g. CIFAR-10's crops and flips)
+  # take their op seeds from the global seed at trace time: make it a function
+  # of (seed, round, client) too.
+  tf.random.set_seed(client_seed(seed, round_num, client_index))
+  dataset = task.baseline.datasets.train_preprocess_fn(raw)
+  if built.client_input_fn is not None:
+    return built.client_input_fn(round_num, client_index, client_id, dataset)
+  return dataset
 
 
 def _flatten(metrics, prefix=''):
@@ -204,12 +252,19 @@ class ProgressReleaseManager(tff.program.ReleaseManager):
     self._print(' | '.join(parts))
 
 
-def check_or_save_flags(output_dir: str, run_flags: dict) -> None:
-  """Saves `flags.json`, or checks it equals the one of the run being resumed."""
+def check_or_save_flags(output_dir: str, run_flags: dict,
+                        flag_defaults: Optional[dict] = None) -> None:
+  """Saves `flags.json`, or checks it equals the one of the run being resumed.
+
+  A flag that the saved file lacks (one added to the package after that run
+  started) counts as having had its value in `flag_defaults`, so a run keeps
+  resuming across such an upgrade as long as the new flag is left at its default.
+  """
   path = os.path.join(output_dir, _FLAGS_FILE)
   if os.path.exists(path):
     with open(path) as f:
       saved = json.load(f)
+    saved = {**(flag_defaults or {}), **saved}
     keys = (set(saved) | set(run_flags)) - RESUMABLE_FLAG_CHANGES
     diff = sorted(k for k in keys if saved.get(k) != run_flags.get(k))
     if diff:
@@ -219,19 +274,29 @@ def check_or_save_flags(output_dir: str, run_flags: dict) -> None:
           '--experiment_name or --root_output_dir, or the same flags to resume it')
     return
   os.makedirs(output_dir, exist_ok=True)
-  tmp = path + '.tmp'
-  with open(tmp, 'w') as f:
+  with atomic.atomic_write(path) as f:
     json.dump(run_flags, f, indent=2, sort_keys=True)
-  os.replace(tmp, path)
 
 
 def save_model_weights(output_dir: str, task: registry.Task, model_weights) -> str:
-  """Writes the Keras `model.get_weights()` list of the model as an .npz."""
+  """Writes the Keras `model.get_weights()` list of the model as an .npz (atomically)."""
   model = task.keras_model_fn()
   model_weights.assign_weights_to(model)
   path = os.path.join(output_dir, _WEIGHTS_FILE)
-  np.savez(path, *model.get_weights())
+  with atomic.atomic_write(path, 'wb') as f:
+    np.savez(f, *model.get_weights())
   return path
+
+
+def _read_final_eval(output_dir: str) -> Optional[dict]:
+  """final_eval.json of a finished run, or None when it has none."""
+  if not os.path.exists(os.path.join(output_dir, _WEIGHTS_FILE)):
+    return None
+  try:
+    with open(os.path.join(output_dir, _FINAL_EVAL_FILE)) as f:
+      return json.load(f)
+  except FileNotFoundError:
+    return None
 
 
 def load_model_weights(run_dir: str, task: registry.Task) -> tff.learning.models.ModelWeights:
@@ -274,6 +339,7 @@ def run_training(
     run_flags: Optional[dict] = None,
     print_fn: Optional[Callable[[str], None]] = None,
     privacy_note: Optional[str] = None,
+    flag_defaults: Optional[dict] = None,
 ) -> TrainingResult:
   """Trains `built.process` on `task`; resumes from `output_dir` if it holds a run.
 
@@ -289,7 +355,7 @@ def run_training(
   state_manager = None
   if output_dir is not None:
     if run_flags is not None:
-      check_or_save_flags(output_dir, run_flags)
+      check_or_save_flags(output_dir, run_flags, flag_defaults)
     os.makedirs(output_dir, exist_ok=True)
     managers += [
         tff.program.CSVFileReleaseManager(
@@ -306,7 +372,28 @@ def run_training(
 
   loop = _current_event_loop()
   versions = loop.run_until_complete(state_manager.get_versions()) if state_manager else None
-  if not versions:
+  latest = max(versions) if versions else None
+  if latest is not None and latest > total_rounds:
+    raise RunConfigMismatchError(
+        f'{output_dir} holds a checkpoint of round {latest}, beyond '
+        f'--total_rounds={total_rounds}; use --total_rounds>={latest} or another '
+        '--experiment_name')
+  if latest == total_rounds:
+    # Trained to the end. Finished (final outputs written last, atomically):
+    # nothing to do. Killed before its final outputs: write them.
+    state = loop.run_until_complete(state_manager.load(latest, process.initialize()))
+    final_eval = _read_final_eval(output_dir)
+    if final_eval is not None:
+      (print_fn or logging.info)(
+          f'{output_dir} holds a finished run (round {latest}/{total_rounds}); '
+          'nothing to do')
+      return TrainingResult(state, [], final_eval)
+    logging.info('Round %d is checkpointed in %s; writing the final outputs',
+                 latest, output_dir)
+    final_eval = evaluator(process.get_model_weights(state))
+    _write_final_outputs(output_dir, task, process.get_model_weights(state), final_eval)
+    return TrainingResult(state, [], final_eval)
+  if latest is None:
     # Seeded initial model, saved as version 0 so that run_training_process
     # starts from it (and a resumed run starts from the same one).
     state = process.set_model_weights(process.initialize(), initial_model_weights(task, seed))
@@ -315,8 +402,13 @@ def run_training(
     if state_manager is not None:
       loop.run_until_complete(state_manager.save(state, 0))
   else:
-    logging.info('Resuming from checkpoint round %d in %s', max(versions), output_dir)
+    logging.info('Resuming from checkpoint round %d in %s', latest, output_dir)
     state = None
+    # A run extended to more rounds: its final outputs describe an earlier
+    # round; without the mark, a kill after the new last checkpoint is not
+    # taken for a finished run.
+    with contextlib.suppress(FileNotFoundError):
+      os.remove(os.path.join(output_dir, _FINAL_EVAL_FILE))
 
   if state_manager is None:
     # No checkpoints: give run_training_process a process whose initialize is
@@ -339,12 +431,19 @@ def run_training(
   final_weights = process.get_model_weights(final_state)
   final_eval = evaluator(final_weights)
   if output_dir is not None:
-    save_model_weights(output_dir, task, final_weights)
+    # The last round's state first, so that a run killed from here on is
+    # recognized as trained to the end and only its outputs are written again.
     if total_rounds % rounds_per_checkpoint:
       loop.run_until_complete(state_manager.save(final_state, total_rounds))
-    with open(os.path.join(output_dir, 'final_eval.json'), 'w') as f:
-      json.dump(final_eval, f, indent=2)
+    _write_final_outputs(output_dir, task, final_weights, final_eval)
   return TrainingResult(final_state, [m for _, m in release.history], final_eval)
+
+
+def _write_final_outputs(output_dir, task, final_weights, final_eval) -> None:
+  """model_weights.npz, then final_eval.json (the mark of a finished run)."""
+  save_model_weights(output_dir, task, final_weights)
+  with atomic.atomic_write(os.path.join(output_dir, _FINAL_EVAL_FILE)) as f:
+    json.dump(final_eval, f, indent=2)
 
 
 class _MemoryStateManager(tff.program.ProgramStateManager):

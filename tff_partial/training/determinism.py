@@ -1,0 +1,37 @@
+"""Bit-identical runs: TensorFlow's op determinism, in this process and TFF's worker.
+
+TFF runs computations in its C++ `worker_binary`, a separate process that
+reads TensorFlow's `TF_DETERMINISTIC_OPS` environment variable when it
+starts; `tf.config.experimental.enable_op_determinism()` alone reaches only
+the Python process (Keras evaluation, local adaptation). `configure(True)`
+sets both, so it must run before TFF starts its worker (the binaries call it
+first thing). Workers started elsewhere (`--workers`) need the variable in
+their own environment.
+
+What op determinism changes here (measured, tests/determinism_test.py):
+TFF's EMNIST preprocessing maps batches with `deterministic=False`, so under
+load the batches of a client could reach the model in another order; op
+determinism forces every `tf.data` map to keep its order and runs map
+functions with stateful random ops serially.
+
+The other sources of run-to-run differences are removed unconditionally by
+the training loop (`tff_partial.training.loop.seeded_shuffle`).
+"""
+
+import os
+
+import tensorflow as tf
+
+ENV_VAR = 'TF_DETERMINISTIC_OPS'
+
+
+def configure(deterministic: bool) -> None:
+  """Turns op determinism on (True) or leaves TensorFlow's default (False).
+
+  Call before the first TFF computation runs: TFF's local worker inherits the
+  environment when it starts.
+  """
+  if deterministic:
+    os.environ[ENV_VAR] = '1'
+    tf.config.experimental.enable_op_determinism()
+
