@@ -76,6 +76,12 @@ def _register_task_layers() -> None:
     # additive table (non-freezable by default).
     variable_types.register_layer_roles(
         position, {'embeddings': variable_types.ADDITIVE_VECTOR})
+  tied = getattr(stackoverflow, 'TiedEmbedding', None)
+  if tied is not None:
+    # The tied output's bias adds to the logits: an additive vector.
+    variable_types.register_layer_roles(
+        tied, {'embeddings': variable_types.MULTIPLICATIVE_MATRIX,
+               'output_bias': variable_types.ADDITIVE_VECTOR})
 
 
 def _aggregator(model_aggregator):
