@@ -43,6 +43,10 @@ class Task:
     data_description: one human-readable line on the data (for logs/README).
     oov_token: token tasks: the out-of-vocabulary token id (federated select
       maps the words a client did not select to it); None elsewhere.
+    dirichlet_split: the clients are a Dirichlet label split of a centralized
+      dataset, with no test data of their own (CIFAR-10): `scripts.adapt`
+      then judges participants by class-ratio accuracy on the global test set
+      (Yu et al. 2020, sec. 4.2).
   """
 
   name: str
@@ -53,6 +57,7 @@ class Task:
   data_source: str
   data_description: str = ''
   oov_token: Optional[int] = None
+  dirichlet_split: bool = False
 
   @property
   def train_data(self) -> tff.simulation.datasets.ClientData:
