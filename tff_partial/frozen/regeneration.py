@@ -96,10 +96,12 @@ CONSTANT_INITIALIZERS = {
         tf.keras.initializers.Ones,
         tf.keras.initializers.Constant,
         tf.keras.initializers.Identity,
-        UnitForgetBias,
     )
 }
 SUPPORTED_INITIALIZERS = tuple(sorted({**SEEDED_INITIALIZERS, **CONSTANT_INITIALIZERS}))
+# Deterministic values Keras builds without an initializer class of its own.
+_DERIVED_CONSTANTS = {UnitForgetBias.__name__: UnitForgetBias}
+_CONSTANTS = {**CONSTANT_INITIALIZERS, **_DERIVED_CONSTANTS}
 # --frozen_initializer: `layer` (each layer's own), or one seeded Gaussian for
 # every randomly initialized frozen variable.
 LAYER = 'layer'
@@ -171,7 +173,7 @@ class FrozenVariable:
     config = dict(self.initializer_config)
     if self.initializer in SEEDED_INITIALIZERS:
       return SEEDED_INITIALIZERS[self.initializer](seed=per_variable_seed, **config)
-    return CONSTANT_INITIALIZERS[self.initializer](**config)
+    return _CONSTANTS[self.initializer](**config)
 
   def regenerate(self, seed) -> tf.Tensor:
     """The variable's value for the `int32[2]` seed z (graph or eager)."""
@@ -192,7 +194,7 @@ def describe_initializer(initializer, path: str) -> tuple[str, dict]:
   """(class name, config without seed); ValueError if it cannot be regenerated."""
   cls = type(initializer)
   name = cls.__name__
-  known = {**SEEDED_INITIALIZERS, **CONSTANT_INITIALIZERS}
+  known = {**SEEDED_INITIALIZERS, **_CONSTANTS}
   why = _NOT_REPRODUCIBLE.get(name, 'its values are not determined by a seed')
   # Exact class identity: a subclass may draw differently.
   if known.get(name) is not cls:
@@ -298,7 +300,7 @@ def initializer_of(layer, attr: str, path: str, frozen_initializer: str = LAYER)
           'unit_forget_bias is regenerated only over a zeros bias_initializer. '
           'Keep this layer trainable.')
     initializer = UnitForgetBias(layer.units)
-  constant = CONSTANT_INITIALIZERS.get(type(initializer).__name__) is type(initializer)
+  constant = _CONSTANTS.get(type(initializer).__name__) is type(initializer)
   if frozen_initializer != LAYER and not constant:
     return FROZEN_INITIALIZERS[frozen_initializer]()
   if initializer is None:
