@@ -79,12 +79,24 @@ _SPLIT = flags.DEFINE_enum(
     "Participants' held-out data: their test split, the last --test_fraction of "
     'their examples in order, or auto (test split when the task has one).')
 _TEST_FRACTION = flags.DEFINE_float('test_fraction', 0.2, 'Held-out share for --split=in_order.')
+_METRIC = flags.DEFINE_enum(
+    'metric', 'auto', ('auto',) + evaluation.METRICS,
+    'How a participant judges a model: accuracy on its held-out data (--split), '
+    'or class_ratio_accuracy: per-class accuracy on the global test set '
+    "weighted by the participant's training class ratios, all of its examples "
+    'training (Yu et al. 2020, sec. 4.2, CIFAR-10). auto: class_ratio_accuracy '
+    'for Dirichlet-split tasks (cifar10_resnet18), else accuracy.')
+_GLOBAL_TEST_PER_CLASS = flags.DEFINE_integer(
+    'global_test_per_class', -1,
+    'class_ratio_accuracy: judge on the first N test examples of each class '
+    '(-1: the whole global test set).')
 
 _OWN_FLAGS = (
     _RUN_DIR, _RESULTS_DIR, _TRAIN_IF_MISSING, _NUM_PARTICIPANTS, _STRATEGIES,
     _LOCAL_EPOCHS, _LOCAL_LR, _ADAPT_EPOCHS, _ADAPT_LR, _ADAPT_BATCH_SIZE,
     _ADAPT_MOMENTUM, _EWC_LAMBDA, _FISHER_BATCH_SIZE, _FISHER_MAX_EXAMPLES,
-    _KD_ALPHA, _KD_TEMPERATURE, _REUSE_LOCAL_FROM, _SPLIT, _TEST_FRACTION)
+    _KD_ALPHA, _KD_TEMPERATURE, _REUSE_LOCAL_FROM, _SPLIT, _TEST_FRACTION,
+    _METRIC, _GLOBAL_TEST_PER_CLASS)
 
 # Flags a run's flags.json sets here (task and data), unless given explicitly.
 _RUN_FLAGS = ('task', 'data_source', 'data_dir', 'cache_dir')
@@ -155,7 +167,8 @@ def _participants(task, num: int, seed: int) -> list:
 
 # Flags the local models depend on; --reuse_local_from checks they match.
 _LOCAL_FLAGS = ('task', 'local_epochs', 'local_learning_rate', 'adapt_batch_size',
-                'adapt_momentum', 'split', 'test_fraction', 'seed')
+                'adapt_momentum', 'split', 'test_fraction', 'seed', 'metric',
+                'global_test_per_class')
 
 
 def _reused_local(path: str) -> dict:
@@ -174,6 +187,27 @@ def _reused_local(path: str) -> dict:
             f'this run has --{name}={flags.FLAGS[name].value!r}')
   rows, _ = summary_lib.read_csv(path)
   return {r['participant']: r['local'] for r in rows}
+
+
+def _metric(task) -> tuple:
+  """(metric, split, global test set or None) for --metric and --split."""
+  metric = _METRIC.value
+  if metric == 'auto':
+    metric = (evaluation.CLASS_RATIO_ACCURACY if task.dirichlet_split
+              else evaluation.ACCURACY)
+  if metric == evaluation.ACCURACY:
+    return metric, _SPLIT.value, None
+  if _SPLIT.value != 'auto':
+    raise flag_groups.FlagError(
+        f'--split={_SPLIT.value} does not apply to --metric={metric}: each '
+        'participant trains on all of its examples and is judged on the global '
+        'test set')
+  per_class = _GLOBAL_TEST_PER_CLASS.value
+  if per_class == 0 or per_class < -1:
+    raise flag_groups.FlagError(
+        f'--global_test_per_class={per_class} must be positive or -1 (all)')
+  global_test = evaluation.global_test_data(task, None if per_class < 0 else per_class)
+  return metric, evaluation.GLOBAL_TEST, global_test
 
 
 def _progress(items):
@@ -210,6 +244,7 @@ def run(output_dir: str) -> dict:
     _train(task, run_dir)
     saved = _load_run_flags(run_dir) or saved
   federated_weights = load_weights(weights_path)
+  metric, split, global_test = _metric(task)
 
   def config(epochs, lr):
     return strategies.TrainConfig(
@@ -228,7 +263,7 @@ def run(output_dir: str) -> dict:
         fisher_batch_size=_FISHER_BATCH_SIZE.value,
         fisher_max_examples=(None if _FISHER_MAX_EXAMPLES.value < 0
                              else _FISHER_MAX_EXAMPLES.value),
-        seed=flag_groups.SEED.value)
+        seed=flag_groups.SEED.value, metric=metric, global_test=global_test)
   except ValueError as e:
     raise flag_groups.FlagError(str(e)) from e
 
@@ -255,7 +290,8 @@ def run(output_dir: str) -> dict:
           'local_epochs', 'local_learning_rate', 'adapt_epochs',
           'adapt_learning_rate', 'adapt_batch_size', 'adapt_momentum',
           'ewc_lambda', 'fisher_batch_size', 'fisher_max_examples', 'kd_alpha',
-          'kd_temperature', 'split', 'test_fraction', 'seed', 'reuse_local_from')}
+          'kd_temperature', 'split', 'test_fraction', 'seed', 'reuse_local_from',
+          'metric', 'global_test_per_class')}
   finished = _resume(output_dir, csv_path, dict(
       run=run_info, config=config, participants=ids,
       columns=list(evaluator.columns), weights_sha256=_sha256(weights_path)))
@@ -266,7 +302,7 @@ def run(output_dir: str) -> dict:
       continue
     try:
       data = evaluation.participant_data(
-          task, client_id, split=_SPLIT.value, test_fraction=_TEST_FRACTION.value)
+          task, client_id, split=split, test_fraction=_TEST_FRACTION.value)
     except ValueError as e:  # e.g. no examples: reported, not fatal
       logging.warning('skipping participant %s: %s', client_id, e)
       continue
@@ -277,6 +313,7 @@ def run(output_dir: str) -> dict:
   result = summary_lib.summarize(rows, strategy_names)
   result['run'] = run_info
   result['config'] = config
+  result['metric'] = metric  # --metric=auto resolved
   with atomic.atomic_write(os.path.join(output_dir, 'summary.json')) as f:
     json.dump(result, f, indent=2)
   return result

@@ -21,6 +21,16 @@ Test clients: the test set is split the same way (Dirichlet(alpha), same
 examples per client, `len(test) // examples_per_client` clients, seed derived
 from `--seed`), so per-client evaluation sees the same kind of skew; the
 centralized evaluation uses every test example.
+
+`--cifar10_split`: `label_skew` (default, the above: each client's label
+distribution ~ Dirichlet(alpha * prior), Hsu et al. 2019, as FedPT uses it;
+every client has exactly `examples_per_client` examples) or `per_class` (Yu,
+Bagdasaryan, Shmatikov 2020, sec. 4.2: each class's images are allocated to
+the clients by Dirichlet(alpha, ..., alpha); clients differ in size,
+`examples_per_client` is their mean; the authors' code uses alpha 0.9 over
+100 participants). At the same alpha, `per_class` is far less skewed: alpha 0.9
+over 100 clients of the whole training set gives clients whose largest class
+is on average 30% of their images (166-971 images each), `label_skew` 64-71%.
 """
 
 import collections
@@ -196,10 +206,19 @@ def load_cifar10(data_source: str, data_dir: Optional[str], cache_dir: Optional[
         '--data_source=synthetic for a smoke test.') from e
 
 
-def federate(x, y, *, num_clients, examples_per_client, alpha, seed, prefix):
-  """In-memory `ClientData` of a Dirichlet(alpha) label split of (x, y)."""
-  splits = partition.dirichlet_label_split(
-      y, num_clients, examples_per_client, alpha, seed, num_classes=NUM_CLASSES)
+SPLITS = ('label_skew', 'per_class')
+
+
+def federate(x, y, *, num_clients, examples_per_client, alpha, seed, prefix,
+             split='label_skew'):
+  """In-memory `ClientData` of a Dirichlet(alpha) split of (x, y) (`SPLITS`)."""
+  if split == 'per_class':
+    splits = partition.dirichlet_class_split(
+        y, num_clients, alpha, seed, num_classes=NUM_CLASSES,
+        num_examples=num_clients * examples_per_client)
+  else:
+    splits = partition.dirichlet_label_split(
+        y, num_clients, examples_per_client, alpha, seed, num_classes=NUM_CLASSES)
   width = len(str(num_clients - 1))
   per_client = collections.OrderedDict(
       (f'{prefix}{i:0{width}d}', collections.OrderedDict(image=x[idx], label=y[idx]))
@@ -252,8 +271,10 @@ def _channel_stats(x: np.ndarray):
 
 def create_cifar10_task(*, train_client_spec, eval_client_spec, data_source, data_dir,
                         cache_dir, seed, num_clients, examples_per_client, alpha,
-                        width, crop_size, gn_groups) -> registry.Task:
+                        width, crop_size, gn_groups, split) -> registry.Task:
   """The `cifar10_resnet18` task (see module docstring)."""
+  if split not in SPLITS:
+    raise registry.TaskError(f'--cifar10_split={split!r}; valid values: {", ".join(SPLITS)}')
   for flag, value in (('num_clients', num_clients),
                       ('examples_per_client', examples_per_client),
                       ('width', width), ('crop_size', crop_size), ('gn_groups', gn_groups)):
@@ -273,12 +294,15 @@ def create_cifar10_task(*, train_client_spec, eval_client_spec, data_source, dat
   num_test_clients = max(1, len(y_test) // examples_per_client)
   test_per_client = min(examples_per_client, len(y_test))
   seeds = np.random.SeedSequence(seed).spawn(2)
-  train = federate(x_train, y_train, num_clients=num_clients,
-                   examples_per_client=examples_per_client, alpha=alpha,
-                   seed=seeds[0], prefix='train_')
-  test = federate(x_test, y_test, num_clients=num_test_clients,
-                  examples_per_client=test_per_client, alpha=alpha,
-                  seed=seeds[1], prefix='test_')
+  try:
+    train = federate(x_train, y_train, num_clients=num_clients,
+                     examples_per_client=examples_per_client, alpha=alpha,
+                     seed=seeds[0], prefix='train_', split=split)
+    test = federate(x_test, y_test, num_clients=num_test_clients,
+                    examples_per_client=test_per_client, alpha=alpha,
+                    seed=seeds[1], prefix='test_', split=split)
+  except ValueError as e:
+    raise registry.TaskError(f'--cifar10_split={split}: {e}') from e
   mean, std = _channel_stats(x_train)
 
   # A partial of a module-level function (not a closure), so that the model
@@ -304,9 +328,12 @@ def create_cifar10_task(*, train_client_spec, eval_client_spec, data_source, dat
       loss_fn=_loss,
       metrics_fn=_metrics,
       data_source=source,
+      dirichlet_split=True,
       data_description=(
           f'CIFAR-10 from {source}: {num_clients} train clients x '
-          f'{examples_per_client} examples, Dirichlet(alpha={alpha}) label skew; '
+          f'{examples_per_client} examples'
+          + (' on average' if split == 'per_class' else '')
+          + f', Dirichlet(alpha={alpha}) {split} split; '
           f'{num_test_clients} test clients x {test_per_client}'
           + (' (SYNTHETIC random images)' if source == 'synthetic' else '')),
   )
@@ -316,7 +343,7 @@ registry.register_task(
     'cifar10_resnet18', create_cifar10_task, flag_prefix='cifar10',
     hparams=collections.OrderedDict(
         num_clients=500, examples_per_client=100, alpha=1.0, width=64,
-        crop_size=24, gn_groups=2),
+        crop_size=24, gn_groups=2, split='label_skew'),
     hparam_help={
         'num_clients': 'CIFAR-10 training clients (Dirichlet split)',
         'examples_per_client': 'examples of every CIFAR-10 client',
@@ -324,6 +351,10 @@ registry.register_task(
         'width': 'ResNet-18 base width (64 = standard ResNet-18)',
         'crop_size': 'side of the random (train) / central (test) crop',
         'gn_groups': 'GroupNorm groups',
+        'split': ('label_skew: each client\'s labels ~ Dirichlet(alpha * prior), '
+                  'examples_per_client each (Hsu et al., FedPT); per_class: each '
+                  'class\'s images over the clients ~ Dirichlet(alpha), '
+                  'examples_per_client on average (Yu et al. 2020)'),
     },
     data_sources=('auto', 'tff', 'jpeg', 'synthetic'),
     description='ResNet-18-GN on CIFAR-10, Dirichlet label split (FedPT, PVT)')

@@ -49,6 +49,10 @@ class Task:
     eval_split: what `centralized_eval_dataset` (the training loop's
       evaluation) reads: `test` (the test clients) or `validation` (examples
       held out of the training clients by `with_validation_split`).
+    dirichlet_split: the clients are a Dirichlet label split of a centralized
+      dataset, with no test data of their own (CIFAR-10): `scripts.adapt`
+      then judges participants by class-ratio accuracy on the global test set
+      (Yu et al. 2020, sec. 4.2).
   """
 
   name: str
@@ -60,6 +64,7 @@ class Task:
   data_description: str = ''
   oov_token: Optional[int] = None
   eval_split: str = 'test'
+  dirichlet_split: bool = False
 
   @property
   def train_data(self) -> tff.simulation.datasets.ClientData:

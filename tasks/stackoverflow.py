@@ -17,7 +17,11 @@ error that says how to get it.
   96, 8 heads of 12, FFN 2048 with ReLU, dropout 0.1). Layer names:
   `embedding`, `position_embedding`, `encoder{i}_attention`,
   `encoder{i}_norm{1,2}`, `encoder{i}_ffn1` (frozen by FedPT one block at a
-  time), `encoder{i}_ffn2`, `output`. Accuracy excludes padding, OOV and EOS
+  time), `encoder{i}_ffn2`. By default (`--stackoverflow_nwp_tie_embeddings`)
+  the output logits reuse the embedding matrix (`TiedEmbedding`, plus an
+  output bias): 2,271,284 parameters, FedPT's model (its Table 3 fractions);
+  with `--stackoverflow_nwp_tie_embeddings=false` a separate `output` Dense
+  layer (3,231,668). Accuracy excludes padding, OOV and EOS
   (TFF's `keras_metrics.MaskedCategoricalAccuracy`); the loss skips padding labels
   (`data_utils.padding_ignoring_loss`).
 * `stackoverflow_tags` (Federated Select, structured keys): TFF's
@@ -134,17 +138,62 @@ class PositionEmbedding(tf.keras.layers.Layer):
     return {**super().get_config(), 'sequence_length': self.sequence_length}
 
 
+class TiedEmbedding(tf.keras.layers.Embedding):
+  """An embedding whose matrix is also the output layer (tied weights).
+
+  Called on token ids it looks them up, as `Embedding` does; called with
+  `logits=True` on hidden states h it returns `h @ embeddings^T +
+  output_bias`, the output softmax's logits over the same vocabulary (Press &
+  Wolf 2017; Keras has no tied output layer). The one layer, called twice, holds
+  the one shared `[V, d]` matrix and the `[V]` output bias, so that Keras'
+  `clone_model` (federated select narrows the vocabulary) keeps input and
+  output tied, and every parameter count and byte count sees the matrix once.
+  """
+
+  def __init__(self, input_dim, output_dim, output_bias_initializer='zeros', **kwargs):
+    super().__init__(input_dim, output_dim, **kwargs)
+    self.output_bias_initializer = tf.keras.initializers.get(output_bias_initializer)
+
+  def build(self, input_shape=None):
+    super().build(input_shape)
+    self.output_bias = self.add_weight(
+        name='output_bias', shape=(self.input_dim,),
+        initializer=self.output_bias_initializer)
+
+  def call(self, inputs, logits=False):  # pylint: disable=arguments-differ
+    if not logits:
+      return super().call(inputs)
+    return tf.einsum('...d,vd->...v', inputs, self.embeddings) + self.output_bias
+
+  def get_config(self):
+    return {**super().get_config(), 'output_bias_initializer':
+            tf.keras.initializers.serialize(self.output_bias_initializer)}
+
+
 def create_transformer(vocab_size: int, sequence_length: int = 20, num_layers: int = 3,
                        embed_dim: int = 96, num_heads: int = 8, ffn_dim: int = 2048,
-                       dropout: float = 0.1) -> tf.keras.Model:
-  """Causal transformer encoder over the extended vocabulary (+4 special tokens)."""
+                       dropout: float = 0.1, tie_embeddings: bool = True) -> tf.keras.Model:
+  """Causal transformer encoder over the extended vocabulary (+4 special tokens).
+
+  `tie_embeddings`: the output logits reuse the input embedding matrix
+  (`TiedEmbedding`; one layer `embedding`, with an output bias, and no layer
+  `output`): 2,271,284 parameters at the default sizes, the model behind
+  FedPT's trainable fractions (Table 3: 91.3 / 82.6 / 73.8% with 1 / 2 / 3
+  `ffn1` frozen). False: a separate output `Dense` layer named `output`
+  (3,231,668 parameters), "a final dense layer with n output units" as
+  Federated Select (sec. 5.4) describes its transformer.
+  """
   if embed_dim % num_heads:
     raise registry.TaskError(
         f'--stackoverflow_nwp_embed_dim={embed_dim} must be a multiple of '
         f'--stackoverflow_nwp_num_heads={num_heads}')
   extended = vocab_size + 4
   inputs = tf.keras.layers.Input(shape=(sequence_length,), dtype=tf.int64, name='words')
-  x = tf.keras.layers.Embedding(extended, embed_dim, name='embedding')(inputs)
+  if tie_embeddings:
+    embedding = TiedEmbedding(extended, embed_dim, name='embedding')
+  else:
+    embedding = tf.keras.layers.Embedding(extended, embed_dim, name='embedding')
+  x = embedding(inputs)
   x = PositionEmbedding(sequence_length, name='position_embedding')(x)
   x = tf.keras.layers.Dropout(dropout, name='embedding_dropout')(x)
   for i in range(1, num_layers + 1):
@@ -159,14 +208,17 @@ def create_transformer(vocab_size: int, sequence_length: int = 20, num_layers: i
     h = tf.keras.layers.Dropout(dropout, name=f'encoder{i}_dropout2')(h)
     x = tf.keras.layers.Add(name=f'encoder{i}_add2')([x, h])
     x = tf.keras.layers.LayerNormalization(epsilon=1e-6, name=f'encoder{i}_norm2')(x)
-  outputs = tf.keras.layers.Dense(extended, name='output')(x)
+  if tie_embeddings:
+    outputs = embedding(x, logits=True)
+  else:
+    outputs = tf.keras.layers.Dense(extended, name='output')(x)
   return tf.keras.Model(inputs, outputs, name='stackoverflow_transformer')
 
 
 def create_nwp_task(*, train_client_spec, eval_client_spec, data_source, data_dir,
                     cache_dir, seed, vocab_size, sequence_length,
                     max_sentences_per_client, num_layers, embed_dim, num_heads,
-                    ffn_dim, dropout) -> registry.Task:
+                    ffn_dim, dropout, tie_embeddings) -> registry.Task:
   """`stackoverflow_nwp` (see module docstring)."""
   del data_dir, seed  # TFF's format only; natural split by user
   _check_positive('stackoverflow_nwp', vocab_size=vocab_size,
@@ -187,7 +239,7 @@ def create_nwp_task(*, train_client_spec, eval_client_spec, data_source, data_di
 
   def keras_model_fn():
     return create_transformer(vocab_size, sequence_length, num_layers, embed_dim,
-                              num_heads, ffn_dim, dropout)
+                              num_heads, ffn_dim, dropout, tie_embeddings)
 
   def metrics_fn():
     return [_keras_metrics.MaskedCategoricalAccuracy(
@@ -271,7 +323,8 @@ registry.register_task(
     'stackoverflow_nwp', create_nwp_task, flag_prefix='stackoverflow_nwp',
     hparams=collections.OrderedDict(
         vocab_size=10000, sequence_length=20, max_sentences_per_client=256,
-        num_layers=3, embed_dim=96, num_heads=8, ffn_dim=2048, dropout=0.1),
+        num_layers=3, embed_dim=96, num_heads=8, ffn_dim=2048, dropout=0.1,
+        tie_embeddings=True),
     hparam_help={
         'vocab_size': 'most frequent words in the vocabulary',
         'sequence_length': 'words per sentence (padded/truncated)',
@@ -281,6 +334,10 @@ registry.register_task(
         'num_heads': 'attention heads (key dim = embed_dim / num_heads)',
         'ffn_dim': 'hidden units of encoder{i}_ffn1',
         'dropout': 'dropout rate',
+        'tie_embeddings': (
+            'output logits reuse the input embedding matrix (FedPT\'s model, '
+            '2.27M parameters; layer `embedding` only); false: a separate '
+            '`output` Dense layer (3.23M, Federated Select\'s description)'),
     },
     data_sources=_SOURCES,
     description='Stack Overflow next-word prediction, 3-layer transformer (FedPT, select)')

@@ -14,6 +14,8 @@ import numpy as np
 import tensorflow as tf
 
 from scripts import adapt
+from scripts import flag_groups
+from tasks import cifar10
 from tasks import emnist
 from tff_partial.adaptation import evaluation
 
@@ -145,6 +147,47 @@ class AdaptMainTest(tf.test.TestCase):
     # Other flags on the same results: refused, not mixed in.
     with flagsaver.flagsaver(**dict(settings, adapt_epochs=2)):
       with self.assertRaisesRegex(ValueError, 'another adaptation'):
+        adapt.run(out)
+
+  def test_dirichlet_task_judged_by_class_ratio_accuracy(self):
+    # cifar10_resnet18 (a Dirichlet label split, no per-client test data):
+    # --metric=auto is the paper's class-ratio accuracy on the global test set.
+    hparams = {'cifar10_num_clients': 4, 'cifar10_examples_per_client': 10,
+               'cifar10_width': 4, 'cifar10_crop_size': 8}
+    run_dir = os.path.join(self.dir, 'cifar')
+    os.makedirs(run_dir)
+    tf.keras.utils.set_random_seed(0)
+    weights = cifar10.create_resnet18_gn(width=4, image_size=8).get_weights()
+    np.savez(os.path.join(run_dir, 'model_weights.npz'), *weights)
+    with open(os.path.join(run_dir, 'flags.json'), 'w') as f:
+      json.dump({'task': 'cifar10_resnet18', 'data_source': 'synthetic',
+                 'data_dir': None, **hparams}, f)
+    out = os.path.join(self.dir, 'cifar_out')
+    with flagsaver.flagsaver(
+        run_dir=run_dir, results_dir=out, num_participants=2, local_epochs=1,
+        adapt_epochs=1, adapt_batch_size=5, strategies=['finetune'],
+        global_test_per_class=3, seed=1):
+      summary = adapt.run(out)
+      task = flag_groups.create_task()
+    self.assertEqual(summary['metric'], 'class_ratio_accuracy')
+    with open(os.path.join(out, 'participants.csv')) as f:
+      rows = list(csv.DictReader(f))
+    self.assertLen(rows, 2)
+    # By hand: per-class accuracy of the federated model on the first 3 test
+    # images of each class, weighted by the participant's class ratios.
+    x, y = evaluation.global_test_data(task, max_per_class=3)
+    self.assertLen(y, 30)
+    model = cifar10.create_resnet18_gn(width=4, image_size=8)
+    model.set_weights(weights)
+    predicted = np.argmax(model.predict(x, verbose=0), axis=-1)
+    correct = np.bincount(y[predicted == y], minlength=10) / 3
+    for r in rows:
+      self.assertEqual((r['split'], r['num_train'], r['num_test']), ('global_test', '10', '30'))
+      labels = evaluation.participant_data(task, r['participant'], split='global_test').train_y
+      ratios = np.bincount(labels, minlength=10) / len(labels)
+      self.assertAlmostEqual(float(r['federated']), float(np.dot(ratios, correct)), places=6)
+    with flagsaver.flagsaver(run_dir=run_dir, split='in_order'):
+      with self.assertRaisesRegex(ValueError, '--split=in_order does not apply'):
         adapt.run(out)
 
   def test_bad_flags_raise_clear_errors(self):

@@ -74,6 +74,16 @@ class Cifar10TaskTest(tf.test.TestCase):
     lb = [int(e['label']) for e in b.train_data.create_tf_dataset_for_client(cid)]
     self.assertEqual(la, lb)
 
+  def test_per_class_split(self):
+    task = _jpeg_task(num_clients=5, split='per_class')
+    sizes = [len(list(task.train_data.create_tf_dataset_for_client(c)))
+             for c in task.train_data.client_ids]
+    self.assertEqual(sum(sizes), 5 * 100)  # examples_per_client is the mean
+    self.assertGreater(len(set(sizes)), 1)
+    self.assertTrue(task.dirichlet_split)
+    with self.assertRaisesRegex(registry.TaskError, '--cifar10_split=.*per_class'):
+      _jpeg_task(num_clients=5, split='iid')
+
   def test_bad_flags(self):
     with self.assertRaisesRegex(registry.TaskError, '--cifar10_num_clients'):
       _jpeg_task(num_clients=1000, examples_per_client=100)

@@ -59,6 +59,22 @@ class FedPTMethodTest(tf.test.TestCase):
     self.assertEqual(report['frozen_layers'], ['dense1'])
     self.assertIsNone(report['epsilon'])
 
+  def test_dry_run_stackoverflow_nwp_paper_fractions(self):
+    # FedPT Table 3: freezing the FFN first layer of 1 / 2 / 3 encoders of the
+    # (tied-embedding) transformer leaves 91.3 / 82.6 / 73.8% trainable, with
+    # 1.1x / 1.2x / 1.4x less traffic. By hand: 2,271,284 parameters, one
+    # `ffn1` has 96*2048 + 2048 = 198,656.
+    for k, paper, paper_reduction in ((1, 91.3, 1.1), (2, 82.6, 1.2), (3, 73.8, 1.4)):
+      code, out, err = _run_main(
+          task='stackoverflow_nwp', data_source='synthetic', algorithm='fedpt',
+          frozen_regex=f'encoder[1-{k}]_ffn1', dry_run=True, clients_per_round=1)
+      self.assertEqual(code, 0, err[-2000:])
+      report = json.loads(out.strip().splitlines()[-1])
+      self.assertEqual(report['params_total'], 2_271_284)
+      self.assertEqual(report['params_trainable'], 2_271_284 - k * 198_656)
+      self.assertLessEqual(abs(100 * report['trainable_fraction'] - paper), 0.1)
+      self.assertEqual(round(report['comm_reduction_vs_fedavg'], 1), paper_reduction)
+
   def test_bad_flags(self):
     code, _, err = _run_main(
         task='emnist_cnn_gn', data_source='synthetic', algorithm='fedpt',
@@ -75,7 +91,8 @@ class FedPTMethodTest(tf.test.TestCase):
     # scripts.train rejects these flags for other algorithms (by FLAG_NAMES).
     self.assertEqual(
         fedpt.FLAG_NAMES,
-        ('frozen_layers', 'frozen_regex', 'frozen_target_trainable_fraction'))
+        ('frozen_layers', 'frozen_regex', 'frozen_target_trainable_fraction',
+         'frozen_initializer'))
 
   def test_resumed_run_equals_uninterrupted_run(self):
     task = _femnist_task('emnist_2nn', max_elements=3)

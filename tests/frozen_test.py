@@ -192,6 +192,99 @@ class RegenerationTest(tf.test.TestCase):
     self.assertGreater(np.abs(server['dense1/kernel']).max(), 0.0)
 
 
+def _tiny_lstm():
+  return tf.keras.Sequential([
+      tf.keras.layers.Input(shape=(5,), dtype=tf.int32),
+      tf.keras.layers.Embedding(7, 3, name='embedding'),
+      tf.keras.layers.LSTM(4, return_sequences=True, name='lstm1'),
+      tf.keras.layers.Dense(7, name='output'),
+  ], name='tiny_lstm')
+
+
+# Child process: sha256 of every regenerated frozen variable, per initializer.
+_HASHES_CHILD = textwrap.dedent("""
+    import hashlib
+    import tensorflow as tf
+    from tasks import emnist
+    from tests import frozen_test
+    from tff_partial import frozen
+    cases = [(lambda: emnist.create_cnn(group_norm=True), ['dense1'], init)
+             for init in ('glorot_normal', 'he_normal', 'truncated_normal')]
+    cases.append((frozen_test._tiny_lstm, ['lstm1'], 'glorot_normal'))
+    for fn, layers, init in cases:
+      plan = frozen.plan_freezing(fn, layers, init)
+      for v, t in zip(plan.frozen, frozen.regenerate(plan.frozen, frozen.seed_tensor(9))):
+        print(init, v.path, v.initializer, hashlib.sha256(t.numpy().tobytes()).hexdigest())
+""")
+
+
+class FrozenInitializerTest(tf.test.TestCase):
+  """--frozen_initializer: the paper's Gaussian initial values for frozen variables."""
+
+  def test_gaussian_replaces_random_initializers_keeps_constants(self):
+    plan = frozen.plan_freezing(_tiny_model, ['dense1', 'dense2'], 'glorot_normal')
+    self.assertEqual(
+        [(v.path, v.initializer) for v in plan.frozen],
+        [('dense1/bias', 'Zeros'), ('dense1/kernel', 'GlorotNormal'),
+         ('dense2/bias', 'Ones'), ('dense2/kernel', 'GlorotNormal')])
+    seed = regeneration.seed_tensor(5)
+    values = dict(zip([v.path for v in plan.frozen], frozen.regenerate(plan.frozen, seed)))
+    # Keras' own class, seeded with the variable's seed from (z, path).
+    int_seed = int(regeneration.variable_seed(seed, 'dense2/kernel').numpy())
+    self.assertAllEqual(values['dense2/kernel'],
+                        tf.keras.initializers.GlorotNormal(seed=int_seed)((8, 6)))
+    self.assertAllEqual(values['dense2/bias'], np.ones(6, np.float32))
+    layer = frozen.plan_freezing(_tiny_model, ['dense2'])
+    self.assertEqual(layer.frozen[1].initializer, 'HeNormal')  # its layer's own
+    with self.assertRaisesRegex(ValueError, 'frozen_initializer.*layer, glorot_normal'):
+      frozen.plan_freezing(_tiny_model, ['dense2'], 'orthogonal')
+
+  def test_frozen_lstm_needs_a_gaussian_and_keeps_the_forget_bias(self):
+    # The Orthogonal recurrent kernel cannot be regenerated bit-identically;
+    # the error says how to freeze lstm1 anyway.
+    with self.assertRaisesRegex(
+        ValueError, r"'lstm1/lstm_cell/recurrent_kernel'.*QR.*"
+        r'--frozen_initializer=glorot_normal\|he_normal\|truncated_normal.*lstm1'):
+      frozen.plan_freezing(_tiny_lstm, ['lstm1'])
+    plan = frozen.plan_freezing(_tiny_lstm, ['lstm1'], 'truncated_normal')
+    self.assertEqual(
+        [(v.path, v.initializer) for v in plan.frozen],
+        [('lstm1/lstm_cell/bias', 'UnitForgetBias'),
+         ('lstm1/lstm_cell/kernel', 'TruncatedNormal'),
+         ('lstm1/lstm_cell/recurrent_kernel', 'TruncatedNormal')])
+    bias = plan.frozen[0].regenerate(regeneration.seed_tensor(1))
+    self.assertAllEqual(bias, _tiny_lstm().get_layer('lstm1').cell.bias)  # Keras' 0,1,0,0
+    self.assertAllEqual(bias, [0] * 4 + [1] * 4 + [0] * 8)
+
+  def test_bit_identical_across_fresh_processes_and_tff_runtime(self):
+    hashes = []
+    for onednn in ('0', '1'):
+      env = dict(os.environ, PYTHONPATH=_REPO, TF_CPP_MIN_LOG_LEVEL='2',
+                 TF_ENABLE_ONEDNN_OPTS=onednn)
+      child = subprocess.run(
+          [sys.executable, '-c', _HASHES_CHILD], env=env, cwd=_REPO,
+          capture_output=True, text=True, timeout=600, check=True)
+      hashes.append(child.stdout.strip().splitlines())
+    self.assertEqual(hashes[0], hashes[1])
+    self.assertLen(hashes[0], 3 * 2 + 3)
+    by_case = {(init, path): (name, digest)
+               for init, path, name, digest in (l.split() for l in hashes[0])}
+    self.assertEqual(by_case[('he_normal', 'dense1/kernel')][0], 'HeNormal')
+    # The same values from this process's FedPT server (TFF's C++ runtime).
+    for fn, layers, init in ((_tiny_lstm, ['lstm1'], 'glorot_normal'),):
+      process = frozen.build_fedpt_process(
+          fn, _loss, _metrics,
+          (tf.TensorSpec([None, 5], tf.int32), tf.TensorSpec([None, 5], tf.int32)),
+          frozen_layers=layers, frozen_initializer=init, seed=9,
+          client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1))
+      weights = process.get_model_weights(process.initialize())
+      plan = frozen.plan_freezing(fn, layers, init)
+      server = dict(zip(plan.full_trainable, weights.trainable))
+      for v in plan.frozen:
+        digest = hashlib.sha256(np.asarray(server[v.path]).tobytes()).hexdigest()
+        self.assertEqual(by_case[(init, v.path)], (v.initializer, digest), v.path)
+
+
 class SelectionTest(tf.test.TestCase):
 
   def test_by_name_regex_and_fraction(self):

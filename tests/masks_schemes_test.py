@@ -35,6 +35,21 @@ class MaskSamplerTest(tf.test.TestCase):
         self.assertEqual(int((mask == 0).sum()), 12)
         np.testing.assert_array_equal(mask[14:], np.ones(6))  # additive: trained
 
+  def test_biases_only_trains_exactly_the_additive_vectors(self):
+    sampler = schemes.MaskSampler(TYPES, 'biases_only', seed=3)
+    self.assertTrue(sampler.is_static)
+    self.assertEqual(sampler.num_frozen, 14)  # every matrix and multiplicative vector
+    expected = np.array([0.0] * 14 + [1.0] * 6, np.float32)
+    for r, k in [(0, 0), (7, 3)]:
+      np.testing.assert_array_equal(sampler.mask(r, k), expected)
+    np.testing.assert_array_equal(sampler.trained_probability(), expected)
+    sizes = np.arange(1, 21)
+    self.assertEqual(schemes.trained_bytes(sampler, sizes), float(sum(range(15, 21))))
+    with self.assertRaisesRegex(ValueError, 'biases_only.*no non-freezable'):
+      schemes.MaskSampler([M, V], 'biases_only')
+    with self.assertRaisesRegex(ValueError, r'\[0, 1\).*--pvt_scheme=biases_only'):
+      schemes.MaskSampler(TYPES, 'fixed', 1.0)
+
   def test_schemes_vary_as_named(self):
     fixed = schemes.MaskSampler(TYPES, 'fixed', 0.5, seed=1)
     per_round = schemes.MaskSampler(TYPES, 'per_round', 0.5, seed=1)

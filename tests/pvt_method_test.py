@@ -59,6 +59,24 @@ class PvtMethodTest(tf.test.TestCase):
     self.assertEqual(built.bytes.up_payload, int(np.dot(mask, sizes)))
     self.assertEqual(int((mask == 0).sum()), 2)
 
+  def test_biases_only_bytes_by_hand(self):
+    # PVT Table 4's extreme point on the EMNIST CNN: the 4 biases train, the 4
+    # kernels are frozen for every client of every round.
+    built = pvt.build_pvt_method(_ctx(self.task), scheme='biases_only')
+    biases = 32 + 64 + 512 + 62  # 670
+    total = 5 * 5 * 32 + 32 + 5 * 5 * 32 * 64 + 64 + 3136 * 512 + 512 + 512 * 62 + 62
+    self.assertEqual(built.params_trainable, biases)
+    self.assertEqual(built.bytes.up_payload, 4 * biases)  # 2,680 B
+    self.assertEqual(built.bytes.down_payload, 4 * total + 1)  # + mask bitmap
+    report = method.dry_run_report(built, self.task, None)
+    self.assertEqual(report['bytes_up_per_client'], 2680)
+    self.assertAlmostEqual(report['pvt_upload_reduction_vs_fedavg'], total / biases)  # 2,522x
+    self.assertEqual(report['pvt_freeze_fraction'], 1.0)
+    self.assertEqual(built.client_trained_mask_fn(5, 2),
+                     (False, True) * 4)  # kernel, bias per layer
+    mask = built.client_input_fn(3, 1, 'x', tf.data.Dataset.range(1))['mask']
+    np.testing.assert_array_equal(next(iter(mask)).numpy(), [0, 1] * 4)
+
   def test_client_input_fn_masks_are_seeded(self):
     a = pvt.build_pvt_method(_ctx(self.task, seed=1), freeze_fraction=0.5)
     b = pvt.build_pvt_method(_ctx(self.task, seed=1), freeze_fraction=0.5)
@@ -83,6 +101,15 @@ class PvtMethodTest(tf.test.TestCase):
     with flagsaver.flagsaver(pvt_freeze_fraction=1.0):
       with self.assertRaisesRegex(flag_groups.FlagError, 'pvt_freeze_fraction'):
         pvt.validate_flags()
+    with flagsaver.flagsaver(pvt_freeze_fraction=1.0):
+      with self.assertRaisesRegex(flag_groups.FlagError, 'pvt_scheme=biases_only'):
+        pvt.validate_flags()
+    with flagsaver.flagsaver(pvt_scheme='biases_only'):
+      pvt.validate_flags()
+      with flagsaver.flagsaver(pvt_freeze_fraction=0.5):
+        with self.assertRaisesRegex(flag_groups.FlagError,
+                                    'pvt_freeze_fraction does not apply'):
+          pvt.validate_flags()
     with flagsaver.flagsaver(pvt_freeze_fraction=0.5, pvt_scheme='per_round'):
       pvt.validate_flags()
       built = pvt.build(_ctx(self.task))

@@ -90,20 +90,35 @@ class SyntheticStackOverflowTrainTest(tf.test.TestCase):
     self.assertEqual(weights[0].shape, (40, 6))
 
   def test_stackoverflow_nwp_mixed_keys(self):
+    # The default model ties the output to the embedding: one [104, 16] matrix
+    # and a [104] output bias in the layer `embedding`, sliced once.
     _, final, rows, weights = self._train(
         'nwp', task='stackoverflow_nwp', stackoverflow_nwp_vocab_size=100,
         stackoverflow_nwp_num_layers=1, stackoverflow_nwp_embed_dim=16,
         stackoverflow_nwp_num_heads=2, stackoverflow_nwp_ffn_dim=32,
-        select_layer=['embedding', 'output', 'encoder1_ffn1'], select_keys=20,
+        select_layer=['embedding', 'encoder1_ffn1'], select_keys=20,
         select_policy='mixed')
     self.assertEqual([r['round_num'] for r in rows], ['0', '1', '2'])
-    # Of 5,976 parameters a client holds 2,346: 20 of the 104 words
-    # (embedding 20x16, output 20x(16+1)), round(20*32/104) = 6 of the 32 FFN
-    # units (ffn1 6x(16+1), ffn2 rows 6x16), and the rest broadcast (position
-    # 320, attention 1,088, norms 64, ffn2 bias 16).
-    self.assertEqual(int(rows[0]['comm/bytes_down_per_client']), 4 * 2346)
+    # Of 4,312 parameters a client holds 2,026: 20 of the 104 words (shared
+    # embedding rows 20x16 once, output bias 20), round(20*32/104) = 6 of the
+    # 32 FFN units (ffn1 6x(16+1), ffn2 rows 6x16), and the rest broadcast
+    # (position 320, attention 1,088, norms 64, ffn2 bias 16). Untied (below)
+    # the output kernel's 20x16 slice comes on top.
+    self.assertEqual(int(rows[0]['comm/bytes_down_per_client']), 4 * 2026)
     self.assertTrue(np.isfinite(final['loss']))
-    self.assertEqual(weights[0].shape, (104, 16))
+    self.assertEqual([w.shape for w in weights[:2]], [(104, 16), (104,)])
+
+  def test_stackoverflow_nwp_untied_dry_run(self):
+    task = registry.create_task(
+        'stackoverflow_nwp', train_client_spec=testing_utils.client_spec(max_elements=2),
+        data_source='synthetic', vocab_size=100, num_layers=1, embed_dim=16,
+        num_heads=2, ffn_dim=32, tie_embeddings=False)
+    built = select.build_from_args(
+        _ctx(task), ['embedding', 'output', 'encoder1_ffn1'], 20, 'mixed')
+    # 5,976 parameters; a client holds 2,346 = the tied 2,026 + output 20x16.
+    self.assertEqual(built.params_total, 5976)
+    self.assertEqual(built.client_model_params, 2346)
+    self.assertEqual(built.bytes.down_payload, 4 * 2346)
 
 ROUNDS = 20
 # Measured 2026-11-21 (seed 0, 20 rounds x 10 writers, m=16 of 64 filters,

@@ -6,6 +6,7 @@ import numpy as np
 import tensorflow as tf
 
 from tasks import emnist
+from tasks import stackoverflow
 from tff_partial.select import keys as keys_lib
 from tff_partial.select import slicing
 from tests.select_test_utils import bag_of_words, cnn, cnn_gn, mlp, randomize, word_model
@@ -334,6 +335,47 @@ class KeyPolicyTest(tf.test.TestCase):
     spec = slicing.make_select_spec(model, slicing.group_configs(
         model, ['embedding', 'output'], 3, 'top'))
     self.assertIsNone(spec.groups[0].pad_index)
+
+
+class TiedEmbeddingTest(tf.test.TestCase):
+  """stackoverflow_nwp's tied output: one [V, d] matrix for input and output."""
+
+  def test_shared_matrix_sliced_once_and_sub_model_exact(self):
+    def fn():
+      return stackoverflow.create_transformer(
+          8, sequence_length=5, num_layers=1, embed_dim=4, num_heads=2,
+          ffn_dim=6, dropout=0.0)  # 12 tokens: pad 0, words 1..8, OOV 9, BOS, EOS
+    full = randomize(fn())
+    spec = slicing.make_select_spec(full, slicing.group_configs(
+        full, ['embedding'], 5, 'top', oov_index=9))
+    (group,) = spec.groups
+    self.assertEqual(group.kind, 'outputs+rows')
+    self.assertEqual((group.input_role, group.output_role), ('tokens', 'classes'))
+    # The shared matrix (index 0) once, and the output bias; nothing else.
+    self.assertEqual([(s.index, s.shape) for s in group.slices],
+                     [(0, (12, 4)), (1, (12,))])
+    total = sum(int(np.prod(w.shape)) for w in full.trainable_weights)
+    self.assertEqual(slicing.client_params(spec), total - 7 * (4 + 1))
+    # The client's sub-model on tokens it selected = the full model's logits
+    # at those tokens, with input and output narrowed together (one layer).
+    keys = collections.OrderedDict(embedding=np.array([0, 2, 3, 7, 9], np.int32))
+    sub = sub_model(fn, spec, full, keys)
+    self.assertEqual(sub.get_layer('embedding').embeddings.shape, (5, 4))
+    self.assertEqual(sub.count_params(), slicing.client_params(spec))
+    tokens = np.array([[2, 3, 7, 7, 0], [9, 2, 2, 3, 0]], np.int32)
+    local = slicing.local_indices(group, keys['embedding'], tokens)
+    self.assertAllClose(sub(local, training=False),
+                        tf.gather(full(tokens, training=False), keys['embedding'], axis=-1),
+                        atol=1e-5)
+
+  def test_untied_model_slices_output_kernel_too(self):
+    full = stackoverflow.create_transformer(
+        8, sequence_length=5, num_layers=1, embed_dim=4, num_heads=2, ffn_dim=6,
+        tie_embeddings=False)
+    spec = slicing.make_select_spec(full, slicing.group_configs(
+        full, ['embedding', 'output'], 5, 'top', oov_index=9))
+    self.assertEqual([s.shape for s in spec.groups[0].slices],
+                     [(12, 4), (4, 12), (12,)])
 
 
 if __name__ == '__main__':

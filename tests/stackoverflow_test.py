@@ -20,20 +20,41 @@ def _synthetic(name, **hparams):
 class TransformerTest(tf.test.TestCase):
 
   def test_param_count_and_names(self):
-    model = stackoverflow.create_transformer(vocab_size=10000)
+    untied = stackoverflow.create_transformer(vocab_size=10000, tie_embeddings=False)
     # By hand (dim 96, 8 heads x 12, FFN 2048, 10,004 tokens, length 20):
     #   embedding 10004*96 = 960,384; positions 20*96 = 1,920
     #   per block: attention 4*(96*96+96) = 37,248; norms 2*192 = 384;
     #              ffn1 96*2048+2048 = 198,656; ffn2 2048*96+96 = 196,704
     #              = 432,992, x 3 = 1,298,976
     #   output 96*10004+10004 = 970,388                 total 3,231,668
-    self.assertEqual(task_testing.param_count(model), 3_231_668)
-    names = [l.name for l in model.layers]
+    self.assertEqual(task_testing.param_count(untied), 3_231_668)
+    names = [l.name for l in untied.layers]
     for i in (1, 2, 3):
       for part in ('attention', 'norm1', 'ffn1', 'ffn2', 'norm2'):
         self.assertIn(f'encoder{i}_{part}', names)
     self.assertEqual(names[1:3], ['embedding', 'position_embedding'])
     self.assertEqual(names[-1], 'output')
+    # Tied (the default): the output reuses the embedding matrix and keeps its
+    # bias of 10,004: 3,231,668 - 96*10,004 = 2,271,284, one layer `embedding`.
+    tied = stackoverflow.create_transformer(vocab_size=10000)
+    self.assertEqual(task_testing.param_count(tied), 2_271_284)
+    self.assertNotIn('output', [l.name for l in tied.layers])
+    self.assertEqual([tuple(w.shape) for w in tied.get_layer('embedding').weights],
+                     [(10004, 96), (10004,)])
+
+  def test_tied_logits_use_the_embedding_matrix(self):
+    model = stackoverflow.create_transformer(10, sequence_length=3, num_layers=1,
+                                             embed_dim=4, num_heads=2, ffn_dim=8)
+    layer = model.get_layer('embedding')
+    layer.output_bias.assign(tf.range(14, dtype=tf.float32))
+    h = tf.random.stateless_normal([2, 3, 4], seed=[1, 2])
+    self.assertAllClose(layer(h, logits=True),
+                        tf.matmul(h, layer.embeddings, transpose_b=True)
+                        + tf.range(14, dtype=tf.float32))
+    self.assertEqual(model(np.ones([2, 3], np.int64)).shape, (2, 3, 14))
+    # Keras' clone keeps the tie (one layer called twice), as federated select needs.
+    clone = tf.keras.models.clone_model(model)
+    self.assertEqual(task_testing.param_count(clone), task_testing.param_count(model))
 
   def test_causal(self):
     # Changing a later word must not change earlier predictions.

@@ -27,7 +27,17 @@ _FROZEN_TARGET = flags.DEFINE_float(
     'FedPT: in (0, 1]; freeze the largest non-normalization layers first while '
     'at least this fraction of parameters stays trainable.')
 
-FLAG_NAMES = ('frozen_layers', 'frozen_regex', 'frozen_target_trainable_fraction')
+_FROZEN_INITIALIZER = flags.DEFINE_enum(
+    'frozen_initializer', 'layer', list(frozen.FROZEN_INITIALIZERS),
+    'FedPT: how frozen variables are regenerated from --seed: with their '
+    "layer's own Keras initializer (layer), or with a seeded Gaussian "
+    '(glorot_normal, he_normal, truncated_normal: Keras defaults) for every '
+    'randomly initialized frozen variable, as the paper does; constant ones '
+    '(zero biases) are kept. A Gaussian also regenerates an LSTM\'s '
+    'Orthogonal recurrent kernel, so lstm1 can be frozen.')
+
+FLAG_NAMES = ('frozen_layers', 'frozen_regex', 'frozen_target_trainable_fraction',
+              'frozen_initializer')
 
 
 def validate_flags() -> None:
@@ -57,14 +67,16 @@ def frozen_layers_for(task, layers=(), regex=None, target=None) -> tuple:
 
 def build(ctx: method.MethodContext) -> method.BuiltMethod:
   return build_from_layers(ctx, frozen_layers_for(
-      ctx.task, _FROZEN_LAYERS.value, _FROZEN_REGEX.value, _FROZEN_TARGET.value))
+      ctx.task, _FROZEN_LAYERS.value, _FROZEN_REGEX.value, _FROZEN_TARGET.value),
+      frozen_initializer=_FROZEN_INITIALIZER.value)
 
 
-def build_from_layers(ctx: method.MethodContext, frozen_layers) -> method.BuiltMethod:
+def build_from_layers(ctx: method.MethodContext, frozen_layers,
+                      frozen_initializer: str = 'layer') -> method.BuiltMethod:
   """FedPT with `frozen_layers` (paths) frozen; no flags read."""
   task = ctx.task
   try:
-    plan = frozen.plan_freezing(task.keras_model_fn, frozen_layers)
+    plan = frozen.plan_freezing(task.keras_model_fn, frozen_layers, frozen_initializer)
     process = frozen.build_fedpt_process(
         task.keras_model_fn, task.loss_fn, task.metrics_fn,
         task.baseline.datasets.element_type_structure,
@@ -74,6 +86,7 @@ def build_from_layers(ctx: method.MethodContext, frozen_layers) -> method.BuiltM
         model_aggregator=ctx.model_aggregator,
         seed=ctx.seed,
         loop_implementation=ctx.loop_implementation,
+        frozen_initializer=frozen_initializer,
     )
   except ValueError as e:
     raise flag_groups.FlagError(str(e)) from e
@@ -90,6 +103,7 @@ def build_from_layers(ctx: method.MethodContext, frozen_layers) -> method.BuiltM
       extra_report={
           'frozen_layers': list(plan.frozen_layers),
           'params_frozen': plan.params_frozen,
+          'frozen_initializer': frozen_initializer,
       },
       client_trained_mask_fn=lambda round_num, client_index: trained_mask,
   )

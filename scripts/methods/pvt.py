@@ -1,8 +1,8 @@
 """--algorithm=pvt: Partial Variable Training (Yang et al.), `tff_partial.masks`.
 
-Flags: --pvt_scheme={fixed,per_round,per_client_per_round}
---pvt_freeze_fraction (of the freezable variables, in [0, 1))
---pvt_freeze_matrices_first.
+Flags: --pvt_scheme={fixed,per_round,per_client_per_round,biases_only}
+--pvt_freeze_fraction (of the freezable variables, in [0, 1); not with
+biases_only, which freezes them all) --pvt_freeze_matrices_first.
 
 Masks reach clients with their data: `client_input_fn(round, index, id,
 dataset)` returns `<data=dataset, mask=float32[n]*>` with the mask of
@@ -38,7 +38,9 @@ from tff_partial.training import method
 _SCHEME = flags.DEFINE_enum(
     'pvt_scheme', 'per_client_per_round', schemes.SCHEMES,
     'PVT: which variables are frozen: the same for all (fixed), new each round '
-    '(per_round), or new for each client each round (per_client_per_round).')
+    '(per_round), new for each client each round (per_client_per_round), or '
+    'every matrix and multiplicative vector, training only the additive '
+    'vectors (biases, norm offsets) (biases_only: the paper\'s Table 4).')
 _FREEZE_FRACTION = flags.DEFINE_float(
     'pvt_freeze_fraction', 0.9,
     'PVT: fraction of the freezable variables (multiplicative vectors and '
@@ -52,10 +54,18 @@ FLAG_NAMES = ('pvt_scheme', 'pvt_freeze_fraction', 'pvt_freeze_matrices_first')
 
 def validate_flags() -> None:
   fraction = _FREEZE_FRACTION.value
+  if _SCHEME.value == 'biases_only':
+    for flag in (flags.FLAGS['pvt_freeze_fraction'], flags.FLAGS['pvt_freeze_matrices_first']):
+      if flag.present or not flag.using_default_value:
+        raise flag_groups.FlagError(
+            f'--{flag.name} does not apply to --pvt_scheme=biases_only, which '
+            'freezes every freezable variable (matrices and multiplicative vectors)')
+    return
   if fraction is None or not 0.0 <= fraction < 1.0:
     raise flag_groups.FlagError(
         f'--pvt_freeze_fraction={fraction} must be in [0, 1): the fraction of '
-        'freezable variables frozen per client')
+        'freezable variables frozen per client (to freeze them all and train '
+        'only biases and norm offsets: --pvt_scheme=biases_only)')
 
 
 def build(ctx: method.MethodContext) -> method.BuiltMethod:
@@ -78,6 +88,12 @@ def _register_task_layers() -> None:
     # additive table (non-freezable by default).
     variable_types.register_layer_roles(
         position, {'embeddings': variable_types.ADDITIVE_VECTOR})
+  tied = getattr(stackoverflow, 'TiedEmbedding', None)
+  if tied is not None:
+    # The tied output's bias adds to the logits: an additive vector.
+    variable_types.register_layer_roles(
+        tied, {'embeddings': variable_types.MULTIPLICATIVE_MATRIX,
+               'output_bias': variable_types.ADDITIVE_VECTOR})
 
 
 def _aggregator(model_aggregator):
@@ -160,7 +176,7 @@ def build_pvt_method(
       loop_implementation=ctx.loop_implementation,
       # A fixed mask is known now: clients differentiate only what they train.
       static_mask=(tuple(bool(m) for m in sampler.mask(0, 0))
-                   if scheme == 'fixed' else None))
+                   if sampler.is_static else None))
 
   def client_input_fn(round_num, client_index, client_id, dataset):
     del client_id  # masks are keyed by the client's slot in the round's sample
@@ -179,7 +195,8 @@ def build_pvt_method(
   expected_trained_params = schemes.trained_bytes(sampler, variable_params)
   params_total = method.count_params(weights_type)
   counts = {t.value: sum(1 for x in types if x == t) for t in variable_types.VariableType}
-  how = 'exact (fixed mask)' if scheme == 'fixed' else 'expected over the random masks'
+  how = (f'exact ({scheme} mask)' if sampler.is_static
+         else 'expected over the random masks')
   return method.BuiltMethod(
       name='pvt',
       process=process,
@@ -196,7 +213,8 @@ def build_pvt_method(
       client_input_fn=client_input_fn,
       extra_report={
           'pvt_scheme': scheme,
-          'pvt_freeze_fraction': freeze_fraction,
+          'pvt_freeze_fraction': (
+              1.0 if scheme == 'biases_only' else freeze_fraction),
           'pvt_freeze_matrices_first': freeze_matrices_first,
           'pvt_num_variables': sampler.num_variables,
           'pvt_num_freezable': len(sampler.freezable),

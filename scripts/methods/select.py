@@ -4,9 +4,12 @@ Flags:
   --select_layer: comma-separated layer names (e.g. `conv2`, `dense1`,
     `embedding,output`, `embedding,output,encoder0_ffn1`);
   --select_keys: m, keys per client (of the first layer's key space);
-  --select_policy: top | random_top | random | mixed (see
+  --select_policy: top | random_top | random | random_local | mixed (see
     `tff_partial/select/keys.py`);
-  --select_same_keys_per_round: random keys shared by all clients of a round;
+  --select_same_keys_per_round: random keys shared by all clients of a round
+    (the paper's Fig. 6 "same keys per round");
+  --select_fixed_client_keys: each client draws its random keys once and keeps
+    them every round (as `top` keys are);
   --select_bucket_size: B, indices per key of the structured key space (a key
     selects B consecutive rows; keeps TFF's per-key select calls few);
   --select_rescale: random keys: clients scale the kept units' activations by
@@ -58,11 +61,16 @@ _KEYS = flags.DEFINE_integer(
 _POLICY = flags.DEFINE_enum(
     'select_policy', 'random', keys_lib.POLICIES,
     'How clients choose keys: top (m most frequent features in their data), '
-    'random_top (m of the 2m most frequent), random (uniform), mixed '
-    '(top on input/output layers, random on inner layers).')
+    'random_top (m of the 2m most frequent), random (uniform over all keys), '
+    'random_local (uniform over the keys in the client\'s data: the paper\'s '
+    'Fig. 4 "Random"), mixed (top on input/output layers, random on inner layers).')
 _SAME_KEYS = flags.DEFINE_bool(
     'select_same_keys_per_round', False,
-    'Random keys: one key set per round shared by all its clients.')
+    'Random keys: one key set per round shared by all its clients (Fig. 6).')
+_FIXED_CLIENT_KEYS = flags.DEFINE_bool(
+    'select_fixed_client_keys', False,
+    'Random keys (random, random_top, random_local, mixed): each client draws '
+    'its keys once and keeps them in every round, as top keys are.')
 _BUCKET = flags.DEFINE_integer(
     'select_bucket_size', 1,
     'Indices per key of the structured key space (must divide its size).')
@@ -76,7 +84,8 @@ _RESCALE = flags.DEFINE_bool(
     'writes it (no scaling; the full model then over-drives the next layer).')
 
 FLAG_NAMES = ('select_layer', 'select_keys', 'select_policy',
-              'select_same_keys_per_round', 'select_bucket_size', 'select_rescale')
+              'select_same_keys_per_round', 'select_fixed_client_keys',
+              'select_bucket_size', 'select_rescale')
 
 
 def validate_flags() -> None:
@@ -95,6 +104,15 @@ def validate_flags() -> None:
     raise flag_groups.FlagError(
         '--select_same_keys_per_round applies to --select_policy=random or '
         f'mixed, not {_POLICY.value}')
+  if _FIXED_CLIENT_KEYS.value and _POLICY.value == 'top':
+    raise flag_groups.FlagError(
+        '--select_fixed_client_keys applies to random key choices (random, '
+        'random_top, random_local, mixed); top keys are the same every round')
+  if _FIXED_CLIENT_KEYS.value and _SAME_KEYS.value:
+    raise flag_groups.FlagError(
+        '--select_fixed_client_keys (one draw per client for all rounds) and '
+        '--select_same_keys_per_round (one draw per round for all clients) '
+        'exclude each other')
 
 
 def select_spec(task, layers, keys_per_client, policy, bucket_size=1,
@@ -116,7 +134,8 @@ def select_spec(task, layers, keys_per_client, policy, bucket_size=1,
 
 def build_from_args(ctx: method.MethodContext, layers, keys_per_client: int,
                     policy: str, same_keys_per_round: bool = False,
-                    bucket_size: int = 1, rescale: bool = False) -> method.BuiltMethod:
+                    bucket_size: int = 1, rescale: bool = False,
+                    fixed_client_keys: bool = False) -> method.BuiltMethod:
   """`build` without flags (tests and benchmarks call this)."""
   task = ctx.task
   spec = select_spec(task, layers, keys_per_client, policy, bucket_size, rescale)
@@ -135,8 +154,12 @@ def build_from_args(ctx: method.MethodContext, layers, keys_per_client: int,
       task.keras_model_fn, task.loss_fn, task.metrics_fn, input_spec, spec,
       ctx.client_optimizer, ctx.server_optimizer, deselect_factory=deselect,
       loop_implementation=ctx.loop_implementation)
-  policy_obj = keys_lib.KeyPolicy(spec, policy, seed=ctx.seed,
-                                  same_keys_per_round=same_keys_per_round)
+  try:
+    policy_obj = keys_lib.KeyPolicy(spec, policy, seed=ctx.seed,
+                                    same_keys_per_round=same_keys_per_round,
+                                    fixed_client_keys=fixed_client_keys)
+  except ValueError as e:
+    raise flag_groups.FlagError(str(e)) from e
 
   def client_input_fn(round_num, client_index, client_id, dataset):
     del client_index
@@ -157,6 +180,8 @@ def build_from_args(ctx: method.MethodContext, layers, keys_per_client: int,
                   'federated_select, once with the update for deselection'),
       client_input_fn=client_input_fn,
       extra_report={
+          'select_same_keys_per_round': same_keys_per_round,
+          'select_fixed_client_keys': fixed_client_keys,
           'select_groups': {
               g.name: {'layers': list(g.layers), 'kind': g.kind,
                        'keys_per_client': g.keys_per_client,
@@ -173,4 +198,5 @@ def build_from_args(ctx: method.MethodContext, layers, keys_per_client: int,
 def build(ctx: method.MethodContext) -> method.BuiltMethod:
   validate_flags()
   return build_from_args(ctx, _LAYER.value, _KEYS.value, _POLICY.value,
-                         _SAME_KEYS.value, _BUCKET.value, _RESCALE.value)
+                         _SAME_KEYS.value, _BUCKET.value, _RESCALE.value,
+                         _FIXED_CLIENT_KEYS.value)

@@ -8,6 +8,7 @@ and trained around by `build_fedpt_process` (`process`).
 from tff_partial.frozen.process import build_fedpt_process
 from tff_partial.frozen.process import FreezePlan
 from tff_partial.frozen.process import plan_freezing
+from tff_partial.frozen.regeneration import FROZEN_INITIALIZERS
 from tff_partial.frozen.regeneration import FrozenVariable
 from tff_partial.frozen.regeneration import regenerate
 from tff_partial.frozen.regeneration import seed_tensor

@@ -100,9 +100,12 @@ def freeze_layers(keras_model: tf.keras.Model, frozen_layers: Sequence[str]) -> 
 def plan_freezing(
     keras_model_fn: Callable[[], tf.keras.Model],
     frozen_layers: Sequence[str],
+    frozen_initializer: str = regeneration.LAYER,
 ) -> FreezePlan:
   """Inspects a throwaway model (in its own graph) and plans the split.
 
+  `frozen_initializer`: `layer` (each frozen variable's own Keras
+  initializer) or a seeded Gaussian (`regeneration.FROZEN_INITIALIZERS`).
   Raises `ValueError` for unknown layer names and for frozen variables whose
   initializer cannot be regenerated from a seed.
   """
@@ -121,7 +124,8 @@ def plan_freezing(
       for path, w in info.weights:
         if path in frozen_paths:
           attr = path.rsplit('/', 1)[1]
-          initializer = regeneration.initializer_of(info.layer, attr, path)
+          initializer = regeneration.initializer_of(
+              info.layer, attr, path, frozen_initializer)
           frozen.append(regeneration.describe_variable(path, w, initializer))
     freeze_layers(model, frozen_layers)
     client_trainable = tuple(paths[id(w)] for w in model.trainable_weights)
@@ -213,6 +217,7 @@ def build_fedpt_process(
     metrics_aggregator: Optional[Any] = None,
     loop_implementation: tff.learning.LoopImplementation = (
         tff.learning.LoopImplementation.DATASET_REDUCE),
+    frozen_initializer: str = regeneration.LAYER,
 ) -> tff.learning.templates.LearningProcess:
   """Builds FedPT (Algorithm 1) for a Keras model with `frozen_layers` frozen.
 
@@ -239,6 +244,10 @@ def build_fedpt_process(
     metrics_aggregator: as in `tff.learning.algorithms.build_weighted_fed_avg`.
     loop_implementation: the clients' dataset loop, as in
       `tff.learning.algorithms.build_weighted_fed_avg`.
+    frozen_initializer: `layer` (regenerate each frozen variable with its
+      layer's initializer) or `glorot_normal` / `he_normal` /
+      `truncated_normal` (the paper's Gaussian initial values; see
+      `regeneration.FROZEN_INITIALIZERS`).
 
   Returns:
     A `tff.learning.templates.LearningProcess` (see the module docstring).
@@ -267,7 +276,7 @@ def build_fedpt_process(
         'model_aggregator must be None or a tff.aggregators '
         f'(Un)WeightedAggregationFactory, got {model_aggregator!r}')
   seed_value = regeneration.seed_tensor(seed)
-  plan = plan_freezing(keras_model_fn, list(frozen_layers))
+  plan = plan_freezing(keras_model_fn, list(frozen_layers), frozen_initializer)
   frozen_layers = plan.frozen_layers
 
   def full_model_fn():

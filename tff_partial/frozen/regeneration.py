@@ -24,6 +24,16 @@ itself (nothing re-implemented), so every distribution is exactly Keras's
 Only the initializers listed in `SEEDED_INITIALIZERS` / `CONSTANT_INITIALIZERS`
 are accepted; anything else (a custom or stateful initializer) is rejected when
 the process is built, with a `ValueError` naming the variable.
+
+`FROZEN_INITIALIZERS` (`--frozen_initializer`): `layer` regenerates each frozen
+variable with its layer's own initializer (GlorotUniform for a Dense kernel,
+HeNormal for the ResNet convs, ...). The paper sets frozen parameters "to their
+initial values, which are generated from Gaussian initializers"; `glorot_normal`,
+`he_normal` and `truncated_normal` (Keras' classes with their default
+arguments, seeded as above) replace every *random* layer initializer of a
+frozen variable, including ones that cannot be regenerated (an LSTM's
+Orthogonal recurrent kernel: freezing `lstm1` becomes possible); constant
+initializers (zero biases, unit norm scales, identity) are kept.
 """
 
 import dataclasses
@@ -56,6 +66,28 @@ SEEDED_INITIALIZERS = {
 _NOT_REPRODUCIBLE = {
     'Orthogonal': 'its QR decomposition is not bit-identical across TF runtimes',
 }
+
+
+class UnitForgetBias(tf.keras.initializers.Initializer):
+  """An LSTM cell's bias with `unit_forget_bias`: 0, except 1 on the forget gate.
+
+  Keras' `LSTMCell` builds this bias with a closure (zeros, ones, zeros over
+  the gates i, f, c, o), not with its `bias_initializer`; this names that
+  closure's value for the zero `bias_initializer` so a frozen LSTM bias is
+  regenerated as Keras initializes it. Keras has no such class.
+  """
+
+  def __init__(self, units):
+    self.units = int(units)
+
+  def __call__(self, shape, dtype=None, **kwargs):
+    u = self.units
+    return tf.concat([tf.zeros([u], dtype), tf.ones([u], dtype), tf.zeros([2 * u], dtype)], 0)
+
+  def get_config(self):
+    return {'units': self.units}
+
+
 # Deterministic initializers (no randomness at all).
 CONSTANT_INITIALIZERS = {
     cls.__name__: cls
@@ -67,6 +99,18 @@ CONSTANT_INITIALIZERS = {
     )
 }
 SUPPORTED_INITIALIZERS = tuple(sorted({**SEEDED_INITIALIZERS, **CONSTANT_INITIALIZERS}))
+# Deterministic values Keras builds without an initializer class of its own.
+_DERIVED_CONSTANTS = {UnitForgetBias.__name__: UnitForgetBias}
+_CONSTANTS = {**CONSTANT_INITIALIZERS, **_DERIVED_CONSTANTS}
+# --frozen_initializer: `layer` (each layer's own), or one seeded Gaussian for
+# every randomly initialized frozen variable.
+LAYER = 'layer'
+FROZEN_INITIALIZERS = {
+    LAYER: None,
+    'glorot_normal': tf.keras.initializers.GlorotNormal,
+    'he_normal': tf.keras.initializers.HeNormal,
+    'truncated_normal': tf.keras.initializers.TruncatedNormal,
+}
 
 SEED_DTYPE = np.int32
 SEED_SHAPE = (2,)
@@ -129,7 +173,7 @@ class FrozenVariable:
     config = dict(self.initializer_config)
     if self.initializer in SEEDED_INITIALIZERS:
       return SEEDED_INITIALIZERS[self.initializer](seed=per_variable_seed, **config)
-    return CONSTANT_INITIALIZERS[self.initializer](**config)
+    return _CONSTANTS[self.initializer](**config)
 
   def regenerate(self, seed) -> tf.Tensor:
     """The variable's value for the `int32[2]` seed z (graph or eager)."""
@@ -150,7 +194,7 @@ def describe_initializer(initializer, path: str) -> tuple[str, dict]:
   """(class name, config without seed); ValueError if it cannot be regenerated."""
   cls = type(initializer)
   name = cls.__name__
-  known = {**SEEDED_INITIALIZERS, **CONSTANT_INITIALIZERS}
+  known = {**SEEDED_INITIALIZERS, **_CONSTANTS}
   why = _NOT_REPRODUCIBLE.get(name, 'its values are not determined by a seed')
   # Exact class identity: a subclass may draw differently.
   if known.get(name) is not cls:
@@ -159,7 +203,12 @@ def describe_initializer(initializer, path: str) -> tuple[str, dict]:
         f'{cls.__module__}.{cls.__qualname__} cannot be regenerated ({why}). '
         'Supported Keras initializers: '
         + ', '.join(SUPPORTED_INITIALIZERS)
-        + '. Keep this layer trainable or give it a supported initializer.')
+        + '. Keep this layer trainable, give it a supported initializer, or '
+        'regenerate frozen variables from a seeded Gaussian instead of their '
+        'layer initializer with --frozen_initializer='
+        + '|'.join(k for k in FROZEN_INITIALIZERS if k != LAYER)
+        + " (which makes e.g. an LSTM's Orthogonal recurrent kernel, and so "
+        'freezing lstm1, possible).')
   config = dict(initializer.get_config())
   config.pop('seed', None)
   return name, config
@@ -234,8 +283,26 @@ def describe_variable(path: str, variable, initializer) -> FrozenVariable:
   )
 
 
-def initializer_of(layer, attr: str, path: str):
-  initializer = getattr(layer, f'{attr}_initializer', None)
+def initializer_of(layer, attr: str, path: str, frozen_initializer: str = LAYER):
+  """The initializer that regenerates frozen `layer.<attr>` (see module doc)."""
+  if frozen_initializer not in FROZEN_INITIALIZERS:
+    raise ValueError(
+        f'--frozen_initializer={frozen_initializer!r}; valid values: '
+        + ', '.join(FROZEN_INITIALIZERS))
+  # Keras' RNN cells call the recurrent kernel's initializer `recurrent_initializer`.
+  name = 'recurrent' if attr == 'recurrent_kernel' else attr
+  initializer = getattr(layer, f'{name}_initializer', None)
+  if (isinstance(layer, tf.keras.layers.LSTMCell) and attr == 'bias'
+      and layer.unit_forget_bias):
+    if type(initializer) is not tf.keras.initializers.Zeros:  # pylint: disable=unidiomatic-typecheck
+      raise ValueError(
+          f'FedPT cannot regenerate frozen variable {path!r}: an LSTM bias with '
+          'unit_forget_bias is regenerated only over a zeros bias_initializer. '
+          'Keep this layer trainable.')
+    initializer = UnitForgetBias(layer.units)
+  constant = _CONSTANTS.get(type(initializer).__name__) is type(initializer)
+  if frozen_initializer != LAYER and not constant:
+    return FROZEN_INITIALIZERS[frozen_initializer]()
   if initializer is None:
     raise ValueError(
         f'FedPT cannot regenerate frozen variable {path!r}: layer '

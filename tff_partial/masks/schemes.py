@@ -7,7 +7,13 @@ matrices) a fraction `freeze_fraction` is frozen, chosen at random:
 
 * `fixed`: one choice for all clients of all rounds;
 * `per_round` (PR): a new choice each round, shared by that round's clients;
-* `per_client_per_round` (PCPR): a new choice for every client of every round.
+* `per_client_per_round` (PCPR): a new choice for every client of every round;
+* `biases_only`: the paper's extreme point (section 3.3, Table 4: "only
+  training biases (i.e., freezing all freezable variables)", 593x less
+  upload): every client trains exactly the non-freezable variables (the
+  additive vectors: biases and normalization offsets) and freezes every
+  matrix and multiplicative vector, in every round. `freeze_fraction` does not
+  apply (it is 1 by definition); the mask is fixed, like `fixed`'s.
 
 `freeze_fraction` counts variables (as the paper does: "freeze 90% of
 freezable variables"), rounded down, so that at least the asked fraction of
@@ -32,7 +38,9 @@ import numpy as np
 
 from tff_partial.masks import variable_types as vt
 
-SCHEMES = ('fixed', 'per_round', 'per_client_per_round')
+SCHEMES = ('fixed', 'per_round', 'per_client_per_round', 'biases_only')
+# Schemes whose mask is the same for every client and round (known at build time).
+STATIC_SCHEMES = ('fixed', 'biases_only')
 # Mixed into every seed so that PVT masks never coincide with another seeded
 # choice of the package (client sampling, frozen weights) under the same seed.
 _PVT_STREAM = 0x50565420  # b'PVT '
@@ -45,7 +53,8 @@ class MaskSampler:
   Attributes:
     types: the `VariableType` of every trainable variable, in TFF order.
     scheme: one of `SCHEMES`.
-    freeze_fraction: fraction of the freezable variables frozen, in [0, 1).
+    freeze_fraction: fraction of the freezable variables frozen, in [0, 1)
+      (ignored by `biases_only`, which freezes them all).
     seed: the run's seed.
     freeze_matrices_first: freeze multiplicative matrices before vectors.
     freezable_types: types that may be frozen (default: multiplicative
@@ -66,12 +75,22 @@ class MaskSampler:
     if self.scheme not in SCHEMES:
       raise ValueError(
           f'scheme={self.scheme!r} (--pvt_scheme); valid values: {", ".join(SCHEMES)}')
-    if not 0.0 <= float(self.freeze_fraction) < 1.0:
+    if self.scheme != 'biases_only' and not 0.0 <= float(self.freeze_fraction) < 1.0:
       raise ValueError(
           f'freeze_fraction={self.freeze_fraction} (--pvt_freeze_fraction) must be '
-          'in [0, 1): a fraction of the freezable variables to freeze')
+          'in [0, 1): a fraction of the freezable variables to freeze (to '
+          'freeze them all, use --pvt_scheme=biases_only)')
     if not self.types:
       raise ValueError('types is empty: the model has no trainable variables')
+    if self.scheme == 'biases_only' and len(self.freezable) == len(self.types):
+      raise ValueError(
+          '--pvt_scheme=biases_only: the model has no non-freezable (additive) '
+          'variable to train')
+
+  @property
+  def is_static(self) -> bool:
+    """Whether every client of every round has the same mask."""
+    return self.scheme in STATIC_SCHEMES
 
   @property
   def num_variables(self) -> int:
@@ -83,7 +102,9 @@ class MaskSampler:
 
   @property
   def num_frozen(self) -> int:
-    """Frozen variables per client: floor(fraction * #freezable)."""
+    """Frozen variables per client: floor(fraction * #freezable) (all: biases_only)."""
+    if self.scheme == 'biases_only':
+      return len(self.freezable)
     return int(math.floor(self.freeze_fraction * len(self.freezable) + 1e-9))
 
   def _pools(self) -> tuple[list[int], list[int]]:
@@ -107,6 +128,10 @@ class MaskSampler:
     """float32[num_variables]: 1 for trained, 0 for frozen variables."""
     if round_num < 0 or client_index < 0:
       raise ValueError(f'round_num={round_num} and client_index={client_index} must be >= 0')
+    if self.scheme == 'biases_only':
+      mask = np.ones([self.num_variables], np.float32)
+      mask[self.freezable] = 0.0
+      return mask
     rng = np.random.default_rng(np.random.SeedSequence(self._key(round_num, client_index)))
     mask = np.ones([self.num_variables], np.float32)
     remaining = self.num_frozen
@@ -123,7 +148,7 @@ class MaskSampler:
     Exact for `per_round` / `per_client_per_round` (every variable of a pool
     is equally likely to be drawn); for `fixed` it is the fixed mask itself.
     """
-    if self.scheme == 'fixed':
+    if self.is_static:
       return self.mask(0, 0).astype(np.float64)
     prob = np.ones([self.num_variables], np.float64)
     remaining = self.num_frozen

@@ -315,6 +315,13 @@ def make_select_spec(model: tf.keras.Model,
           input_role = 'tokens'
           if layer.mask_zero:
             pad_index = 0
+          if _is_output_layer(model, layer):
+            # A tied embedding (input lookup and output logits share the
+            # matrix): its rows are sliced once for both, plus its output bias.
+            kinds.append(OUTPUTS)
+            slices.extend(_vslice(model, w, 0) for w in layer.trainable_weights
+                          if w is not layer.embeddings)
+            output_role = 'classes'
         elif (isinstance(layer, tf.keras.layers.Dense)
               and _is_model_input_layer(model, layer)):
           kinds.append(ROWS)
