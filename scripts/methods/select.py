@@ -47,6 +47,14 @@ _BUCKET = flags.DEFINE_integer(
     'select_bucket_size', 1,
     'Indices per key of the structured key space (must divide its size).')
 
+_IMPLEMENTATION = flags.DEFINE_enum(
+    'select_implementation', process_lib.AUTO, process_lib.IMPLEMENTATIONS,
+    'How slices reach clients in simulation: federated_select (TFF\'s '
+    'intrinsic, one select call per key), broadcast_gather (the same values: '
+    'the server value broadcast, each client gathers its keys; close to a '
+    'broadcast of the payload in time) or auto (broadcast_gather). Bytes are '
+    'those of a deployed select either way.')
+
 _RESCALE = flags.DEFINE_bool(
     'select_rescale', False,
     'Random keys (conv filters, hidden units): the client sub-model multiplies '
@@ -56,7 +64,8 @@ _RESCALE = flags.DEFINE_bool(
     'writes it (no scaling; the full model then over-drives the next layer).')
 
 FLAG_NAMES = ('select_layer', 'select_keys', 'select_policy',
-              'select_same_keys_per_round', 'select_bucket_size', 'select_rescale')
+              'select_same_keys_per_round', 'select_bucket_size', 'select_rescale',
+              'select_implementation')
 
 
 def validate_flags() -> None:
@@ -96,7 +105,8 @@ def select_spec(task, layers, keys_per_client, policy, bucket_size=1,
 
 def build_from_args(ctx: method.MethodContext, layers, keys_per_client: int,
                     policy: str, same_keys_per_round: bool = False,
-                    bucket_size: int = 1, rescale: bool = False) -> method.BuiltMethod:
+                    bucket_size: int = 1, rescale: bool = False,
+                    implementation: str = process_lib.AUTO) -> method.BuiltMethod:
   """`build` without flags (tests and benchmarks call this)."""
   task = ctx.task
   spec = select_spec(task, layers, keys_per_client, policy, bucket_size, rescale)
@@ -104,10 +114,10 @@ def build_from_args(ctx: method.MethodContext, layers, keys_per_client: int,
   if ctx.model_aggregator is not None:
     deselect = select_lib.DeselectMeanFactory.paper_mean(spec, ctx.model_aggregator)
   input_spec = task.baseline.datasets.element_type_structure
-  process = process_lib.build_federated_select_process(
+  process, traffic_next = process_lib.build_federated_select_process_and_traffic(
       task.keras_model_fn, task.loss_fn, task.metrics_fn, input_spec, spec,
       ctx.client_optimizer, ctx.server_optimizer, deselect_factory=deselect,
-      loop_implementation=ctx.loop_implementation)
+      loop_implementation=ctx.loop_implementation, implementation=implementation)
   policy_obj = keys_lib.KeyPolicy(spec, policy, seed=ctx.seed,
                                   same_keys_per_round=same_keys_per_round)
 
@@ -125,7 +135,9 @@ def build_from_args(ctx: method.MethodContext, layers, keys_per_client: int,
       params_total=params_total,
       params_trainable=slicing.client_params(spec),
       client_model_params=held,
-      bytes=comm.client_bytes(process.next),
+      # What a deployed select sends (the federated_select form), whichever
+      # implementation the simulation runs.
+      bytes=comm.client_bytes(traffic_next),
       bytes_note=('up bytes count the int32 keys twice: once sent to '
                   'federated_select, once with the update for deselection'),
       client_input_fn=client_input_fn,
@@ -137,6 +149,7 @@ def build_from_args(ctx: method.MethodContext, layers, keys_per_client: int,
                        'output_scale': g.output_scale,
                        'policy': policy_obj._group_policy(g)}  # pylint: disable=protected-access
               for g in spec.groups},
+          'select_implementation': process_lib.resolve_implementation(implementation, spec),
       },
       # A client trains its sliced sub-model, not the task's Keras model.
       client_model_is_task_model=False,
@@ -146,4 +159,5 @@ def build_from_args(ctx: method.MethodContext, layers, keys_per_client: int,
 def build(ctx: method.MethodContext) -> method.BuiltMethod:
   validate_flags()
   return build_from_args(ctx, _LAYER.value, _KEYS.value, _POLICY.value,
-                         _SAME_KEYS.value, _BUCKET.value, _RESCALE.value)
+                         _SAME_KEYS.value, _BUCKET.value, _RESCALE.value,
+                         _IMPLEMENTATION.value)

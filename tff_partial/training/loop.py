@@ -38,7 +38,7 @@ _WEIGHTS_FILE = 'model_weights.npz'
 # what is computed.
 RESUMABLE_FLAG_CHANGES = frozenset(
     {'total_rounds', 'rounds_per_eval', 'rounds_per_checkpoint', 'workers',
-     'worker_rpc_timeout_s'})
+     'worker_rpc_timeout_s', 'client_loop_resolved'})
 
 
 class RunConfigMismatchError(ValueError):
@@ -103,26 +103,36 @@ def build_client_selection_fn(
   client_ids = list(task.train_data.client_ids)
   sample = tff.simulation.build_uniform_sampling_fn(
       client_ids, replace=False, random_seed=seed)
-  preprocess = task.baseline.datasets.train_preprocess_fn
 
   def select(round_num: int) -> list:
-    values = []
     if client_indices_fn is not None:
       chosen = [client_ids[int(i)] for i in client_indices_fn(round_num)]
     else:
       chosen = sample(round_num, clients_per_round)
-    for index, client_id in enumerate(chosen):
-      raw = task.train_data.create_tf_dataset_for_client(client_id)
-      raw = raw.shuffle(_SHUFFLE_BUFFER, seed=client_seed(seed, round_num, index),
-                        reshuffle_each_iteration=True)
-      dataset = preprocess(raw)
-      if built.client_input_fn is not None:
-        values.append(built.client_input_fn(round_num, index, client_id, dataset))
-      else:
-        values.append(dataset)
-    return values
+    return [client_value(task, built, seed, round_num, index, client_id)
+            for index, client_id in enumerate(chosen)]
 
   return select
+
+
+def client_value(task: registry.Task, built: method_lib.BuiltMethod, seed: int,
+                 round_num: int, index: int, client_id: str, empty: bool = False):
+  """The value `built.process.next` takes for one client of a round.
+
+  The client's raw data shuffled with a seed of (seed, round, client slot),
+  the task's preprocessing, then the method's `client_input_fn`. `empty`
+  keeps none of the client's examples (benchmarks time a round without
+  client training this way).
+  """
+  raw = task.train_data.create_tf_dataset_for_client(client_id)
+  if empty:
+    raw = raw.take(0)
+  raw = raw.shuffle(_SHUFFLE_BUFFER, seed=client_seed(seed, round_num, index),
+                    reshuffle_each_iteration=True)
+  dataset = task.baseline.datasets.train_preprocess_fn(raw)
+  if built.client_input_fn is not None:
+    return built.client_input_fn(round_num, index, client_id, dataset)
+  return dataset
 
 
 def _flatten(metrics, prefix=''):
