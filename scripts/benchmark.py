@@ -17,7 +17,10 @@ Configurations are (name, algorithm, flag overrides): `tff_fedavg` is TFF's
 data path; every other algorithm is built with its method module's
 `build(ctx)` (`scripts/methods/<algorithm>.py`) under `flagsaver` with the
 overrides, fed by the training loop's client path. A method whose module
-still says "not implemented" is skipped with a note.
+still says "not implemented" is skipped with a note. Overrides
+`worker_max_concurrent_calls`, `worker_intra_op_threads` and
+`worker_inter_op_threads` run a configuration on a local TFF worker of its
+own with those settings (`tff_partial.bench.worker_settings`).
 
 `--benchmark_select_buckets=1,10,100,1000` instead times federated select
 against a broadcast of the same payload (`tff_partial.select.bench`).
@@ -51,6 +54,7 @@ from tff_partial.bench import references
 from tff_partial.bench import report as report_lib
 from tff_partial.bench import rounds
 from tff_partial.bench import scaling
+from tff_partial.bench import worker_settings
 from tff_partial.select import bench as select_bench
 from tff_partial.training import loop
 from tff_partial.training import method
@@ -162,11 +166,22 @@ def build_config(config: configs_lib.Config, ctx: method.MethodContext) -> metho
 
 
 def build_candidates(configs, task, ctx, seed) -> tuple[list, dict]:
-  """(candidates, {name: reason skipped}) for the configurations."""
-  candidates, skipped = [], {}
+  """(candidates, {name: reason skipped}) for the configurations.
+
+  Overrides named in `worker_settings.KEYS` are not flags: they run the
+  configuration on a local TFF worker of its own with those settings.
+  """
+  candidates, skipped, contexts = [], {}, {}
   for config in configs:
     try:
-      built = build_config(config, ctx)
+      settings, flag_overrides = worker_settings.split(config.overrides)
+    except ValueError as e:
+      raise flag_groups.FlagError(f'{config.name}: {e}') from None
+    if settings and runtime_flags.WORKERS.value:
+      raise flag_groups.FlagError(
+          f'{config.name}: {", ".join(settings)} set a local worker; not with --workers')
+    try:
+      built = build_config(dataclasses.replace(config, overrides=flag_overrides), ctx)
     except Skip as e:
       logging.warning('skipping %s: %s', config.name, e)
       skipped[config.name] = str(e)
@@ -175,8 +190,14 @@ def build_candidates(configs, task, ctx, seed) -> tuple[list, dict]:
       inputs_fn = cohorts_lib.tff_inputs_fn(task)
     else:
       inputs_fn = cohorts_lib.package_inputs_fn(task, built, seed)
+    context = None
+    if settings:
+      key = tuple(sorted(settings.items()))
+      if key not in contexts:
+        contexts[key] = worker_settings.local_context(**settings)
+      context = contexts[key]
     candidates.append(rounds.Candidate(config.name, config.algorithm, built,
-                                       inputs_fn, dict(config.overrides)))
+                                       inputs_fn, dict(config.overrides), context))
   return candidates, skipped
 
 

@@ -3,6 +3,7 @@
 import os
 from unittest import mock
 
+import psutil
 import tensorflow as tf
 
 from tff_partial.bench import configs
@@ -10,6 +11,7 @@ from tff_partial.bench import machine
 from tff_partial.bench import references
 from tff_partial.bench import report
 from tff_partial.bench import scaling
+from tff_partial.bench import worker_settings
 from tff_partial.training import client_loop
 
 _ALGORITHMS = ('tff_fedavg', 'fedavg', 'fedpt')
@@ -101,6 +103,31 @@ class MachineTest(tf.test.TestCase):
     header = machine.describe().header()
     self.assertRegex(header, r'^CPU: .+, \d+ cores, AVX-512 (yes|no), ')
     self.assertRegex(header, r'oneDNN: .* -> Python TF (on|off), TFF worker (on|off)')
+
+
+class WorkerSettingsTest(tf.test.TestCase):
+
+  def test_split(self):
+    settings, rest = worker_settings.split(
+        {'worker_intra_op_threads': '1', 'client_loop': 'reduce'})
+    self.assertEqual(settings, {'worker_intra_op_threads': 1})
+    self.assertEqual(rest, {'client_loop': 'reduce'})
+    with self.assertRaisesRegex(ValueError, 'worker_max_concurrent_calls=.x. is not an integer'):
+      worker_settings.split({'worker_max_concurrent_calls': 'x'})
+
+  def test_local_context_starts_a_worker_with_the_settings(self):
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    env_before = dict(os.environ)
+    context = worker_settings.local_context(
+        worker_max_concurrent_calls=2, worker_intra_op_threads=1)
+    self.assertIsNotNone(context)
+    self.assertEqual(dict(os.environ), env_before)  # this process is unchanged
+    new = [p for p in psutil.Process().children(recursive=True)
+           if p.pid not in before and p.name().startswith('worker_binary')]
+    self.assertLen(new, 1)
+    self.assertIn('--max_concurrent_computation_calls=2', new[0].cmdline())
+    self.assertEqual(new[0].environ().get('TF_NUM_INTRAOP_THREADS'), '1')
+    new[0].kill()
 
 
 class ClientLoopTest(tf.test.TestCase):

@@ -14,6 +14,7 @@ rounds, each candidate runs the last round again on *empty* client datasets
 (broadcast, aggregation, server update, serialization, dispatch).
 """
 
+import contextlib
 import dataclasses
 import statistics
 import time
@@ -21,6 +22,7 @@ from typing import Callable, Optional, Sequence
 
 from absl import logging
 import numpy as np
+import tensorflow_federated as tff
 
 from tff_partial.bench import cohorts as cohorts_lib
 from tff_partial.bench import machine
@@ -30,11 +32,20 @@ from tff_partial.training import method as method_lib
 
 @dataclasses.dataclass
 class Candidate:
+  """A configuration ready to run; `context`: a TFF context to run it in
+  (`worker_settings.local_context`), None for the default one."""
   name: str
   algorithm: str
   built: method_lib.BuiltMethod
   inputs_fn: cohorts_lib.InputsFn
   overrides: dict = dataclasses.field(default_factory=dict)
+  context: Optional[object] = None
+
+
+def _in_context(candidate):
+  if candidate.context is None:
+    return contextlib.nullcontext()
+  return tff.framework.get_context_stack().install(candidate.context)
 
 
 def median(values) -> Optional[float]:
@@ -49,12 +60,13 @@ class _Timings:
     self.c = candidate
     self.counter = counter
     process = candidate.built.process
-    state = process.initialize()
-    try:  # the loop's seeded initial model, the same for every candidate
-      state = process.set_model_weights(state, loop.initial_model_weights(task, seed))
-      self.initial_model = 'seeded Keras init (loop.initial_model_weights)'
-    except Exception as e:  # pylint: disable=broad-except
-      self.initial_model = f'process.initialize() ({type(e).__name__})'
+    with _in_context(candidate):
+      state = process.initialize()
+      try:  # the loop's seeded initial model, the same for every candidate
+        state = process.set_model_weights(state, loop.initial_model_weights(task, seed))
+        self.initial_model = 'seeded Keras init (loop.initial_model_weights)'
+      except Exception as e:  # pylint: disable=broad-except
+        self.initial_model = f'process.initialize() ({type(e).__name__})'
     self.state = state
     self.wall, self.cpu, self.data, self.next, self.examples = [], [], [], [], []
     self.empty = []
@@ -64,7 +76,8 @@ class _Timings:
     t0 = time.perf_counter()
     values = self.c.inputs_fn(cohort, round_num, False)
     t1 = time.perf_counter()
-    self.state = self.c.built.process.next(self.state, values).state
+    with _in_context(self.c):
+      self.state = self.c.built.process.next(self.state, values).state
     t2 = time.perf_counter()
     c2 = machine.cpu_seconds()
     logging.info('%s round %d: %.2fs (data %.3fs), %.2f CPU s', self.c.name,
@@ -79,7 +92,8 @@ class _Timings:
   def empty_round(self, round_num, cohort, timed):
     values = self.c.inputs_fn(cohort, round_num, True)
     t0 = time.perf_counter()
-    self.c.built.process.next(self.state, values)  # state not kept
+    with _in_context(self.c):
+      self.c.built.process.next(self.state, values)  # state not kept
     if timed:
       self.empty.append(time.perf_counter() - t0)
 
