@@ -81,31 +81,14 @@ def _sub_model_fn(keras_model_fn, loss_fn, metrics_fn, input_spec, spec):
   return model_fn
 
 
-def build_federated_select_process(
-    keras_model_fn: Callable[[], tf.keras.Model],
-    loss_fn: Callable[[], tf.keras.losses.Loss],
-    metrics_fn: Callable[[], list],
-    input_spec,
-    spec: slicing.SelectSpec,
-    client_optimizer: tff.learning.optimizers.Optimizer,
-    server_optimizer: tff.learning.optimizers.Optimizer,
-    *,
-    deselect_factory: Optional[tff.aggregators.WeightedAggregationFactory] = None,
-    client_weighting=tff.learning.ClientWeighting.NUM_EXAMPLES,
-    loop_implementation: tff.learning.LoopImplementation = (
-        tff.learning.LoopImplementation.DATASET_REDUCE),
-    implementation: str = AUTO,
-) -> tff.learning.templates.LearningProcess:
+def build_federated_select_process(*args, **kwargs
+                                   ) -> tff.learning.templates.LearningProcess:
   """Builds Algorithm 2 as a `tff.learning.templates.LearningProcess`.
 
-  See `build_federated_select_process_and_traffic` for the arguments.
+  Takes the arguments of `build_federated_select_process_and_traffic` and
+  returns its process.
   """
-  process, _ = build_federated_select_process_and_traffic(
-      keras_model_fn, loss_fn, metrics_fn, input_spec, spec, client_optimizer,
-      server_optimizer, deselect_factory=deselect_factory,
-      client_weighting=client_weighting, loop_implementation=loop_implementation,
-      implementation=implementation)
-  return process
+  return build_federated_select_process_and_traffic(*args, **kwargs)[0]
 
 
 def build_federated_select_process_and_traffic(
