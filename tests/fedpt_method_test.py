@@ -75,7 +75,8 @@ class FedPTMethodTest(tf.test.TestCase):
     # scripts.train rejects these flags for other algorithms (by FLAG_NAMES).
     self.assertEqual(
         fedpt.FLAG_NAMES,
-        ('frozen_layers', 'frozen_regex', 'frozen_target_trainable_fraction'))
+        ('frozen_layers', 'frozen_regex', 'frozen_target_trainable_fraction',
+         'frozen_order'))
 
   def test_resumed_run_equals_uninterrupted_run(self):
     task = _femnist_task('emnist_2nn', max_elements=3)
