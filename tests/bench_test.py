@@ -135,10 +135,14 @@ class ClientLoopTest(tf.test.TestCase):
   def test_resolve(self):
     self.assertEqual(client_loop.resolve('iterator', 'any'), 'iterator')
     self.assertEqual(client_loop.resolve('reduce', 'any'), 'reduce')
-    # A task not measured: TFF's default.
-    self.assertEqual(client_loop.resolve('auto', 'not_a_task', onednn=True), 'reduce')
-    for (task, onednn), loop in client_loop.MEASURED_FASTER.items():
-      self.assertEqual(client_loop.resolve('auto', task, onednn=onednn), loop)
+    # A task or CPU not measured: TFF's default.
+    self.assertEqual(client_loop.resolve('auto', 'not_a_task', onednn=True, avx512=True),
+                     'reduce')
+    self.assertEqual(client_loop.resolve('auto', 'emnist_cnn_gn', onednn=False, avx512=False),
+                     'reduce')
+    self.assertLen(client_loop.MEASURED_FASTER, 16)  # 8 tasks x 2 oneDNN paths
+    for (task, onednn, avx512), loop in client_loop.MEASURED_FASTER.items():
+      self.assertEqual(client_loop.resolve('auto', task, onednn=onednn, avx512=avx512), loop)
     with self.assertRaisesRegex(ValueError, '--client_loop=.*valid values: auto'):
       client_loop.resolve('fast', 'x')
 

@@ -17,21 +17,19 @@ from typing import Optional
 
 import psutil
 
+from tff_partial.training import client_loop
 
-def _cpuinfo() -> tuple[str, set]:
-  model, flags = platform.processor() or 'unknown CPU', set()
+
+def cpu_model() -> str:
   try:
     with open('/proc/cpuinfo') as f:
       for line in f:
         key, _, value = line.partition(':')
-        key = key.strip()
-        if key == 'model name' and model in ('unknown CPU', platform.processor()):
-          model = value.strip()
-        elif key == 'flags' and not flags:
-          flags = set(value.split())
+        if key.strip() == 'model name':
+          return value.strip()
   except OSError:
     pass
-  return model, flags
+  return platform.processor() or 'unknown CPU'
 
 
 def onednn_env() -> Optional[bool]:
@@ -48,10 +46,7 @@ def python_onednn() -> bool:
   return bool(_pywrap_util_port.IsMklEnabled())
 
 
-def worker_onednn() -> bool:
-  """Whether TFF's local worker_binary runs oneDNN kernels (its default: on)."""
-  env = onednn_env()
-  return True if env is None else env
+worker_onednn = client_loop.worker_onednn
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,9 +77,9 @@ class Machine:
 def describe() -> Machine:
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
-  model, flags = _cpuinfo()
   return Machine(
-      cpu_model=model, cores=os.cpu_count() or 1, avx512='avx512f' in flags,
+      cpu_model=cpu_model(), cores=os.cpu_count() or 1,
+      avx512=client_loop.cpu_has_avx512(),
       memory_gib=psutil.virtual_memory().total / 2**30, onednn_env=onednn_env(),
       python_onednn=python_onednn(), worker_onednn=worker_onednn(),
       tf_version=tf.__version__, tff_version=tff.__version__,
