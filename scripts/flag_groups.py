@@ -11,6 +11,7 @@ from absl import flags
 import tensorflow_federated as tff
 
 from tasks import registry
+from tff_partial.training import client_loop
 
 
 class FlagError(ValueError):
@@ -76,19 +77,23 @@ CLIENT_MAX_ELEMENTS = flags.DEFINE_integer(
     'At most this many batches (after batching, all epochs together) per client '
     'per round (-1: no limit).')
 CLIENT_LOOP = flags.DEFINE_enum(
-    'client_loop', 'iterator', ('iterator', 'reduce'),
+    'client_loop', client_loop.AUTO, client_loop.CHOICES,
     'How a client iterates its dataset: `iterator` (a loop over the dataset '
-    "iterator in the training graph, TFF's LoopImplementation.DATASET_ITERATOR) "
-    "or `reduce` (tf.data's dataset.reduce, TFF's default). Same steps in the "
-    'same order; iterator measured 7x faster for the ResNet on CPU (docs/benchmarks.md).')
+    "iterator in the training graph, TFF's LoopImplementation.DATASET_ITERATOR), "
+    "`reduce` (tf.data's dataset.reduce, TFF's default) or `auto`: the one "
+    'scripts.benchmark measured faster for --task on the worker\'s CPU path '
+    '(TF_ENABLE_ONEDNN_OPTS), else reduce (tff_partial/training/client_loop.py). '
+    'Same steps in the same order.')
 
 
-def loop_implementation() -> 'tff.learning.LoopImplementation':
-  """The `tff.learning.LoopImplementation` of --client_loop."""
-  return {
-      'iterator': tff.learning.LoopImplementation.DATASET_ITERATOR,
-      'reduce': tff.learning.LoopImplementation.DATASET_REDUCE,
-  }[CLIENT_LOOP.value]
+def client_loop_name(task_name: Optional[str] = None) -> str:
+  """`iterator` or `reduce`: --client_loop with `auto` resolved for the task."""
+  return client_loop.resolve(CLIENT_LOOP.value, task_name or TASK.value)
+
+
+def loop_implementation(task_name: Optional[str] = None) -> 'tff.learning.LoopImplementation':
+  """The `tff.learning.LoopImplementation` of --client_loop for the task."""
+  return client_loop.loop_implementation(CLIENT_LOOP.value, task_name or TASK.value)
 
 
 def _define_optimizer_flags(prefix: str, default: str, lr: float):

@@ -89,6 +89,9 @@ def run_flags(attribute: str = 'value') -> dict:
       for flag in module_flags:
         if flag.name not in _NOT_SAVED:
           values[flag.name] = getattr(flag, attribute)
+  # What --client_loop=auto chose (the same steps either way; recorded, not
+  # compared on resume).
+  values['client_loop_resolved'] = flag_groups.client_loop_name()
   return dict(sorted(values.items()))
 
 

@@ -75,6 +75,18 @@ class FedPTMethodTest(tf.test.TestCase):
       self.assertLessEqual(abs(100 * report['trainable_fraction'] - paper), 0.1)
       self.assertEqual(round(report['comm_reduction_vs_fedavg'], 1), paper_reduction)
 
+  def test_dry_run_input_first_order(self):
+    # A prefix, normalization included, until at most 5% trains: conv1,
+    # conv2, group_norm, dense1 (dense2's 31,806 parameters train).
+    code, out, err = _run_main(
+        task='emnist_cnn_gn', data_source='synthetic', algorithm='fedpt',
+        frozen_target_trainable_fraction=0.05, frozen_order='input_first',
+        dry_run=True, clients_per_round=1)
+    self.assertEqual(code, 0, err)
+    report = json.loads(out.strip().splitlines()[-1])
+    self.assertEqual(report['frozen_layers'], ['conv1', 'conv2', 'dense1', 'group_norm'])
+    self.assertEqual(report['params_trainable'], 512 * 62 + 62)
+
   def test_bad_flags(self):
     code, _, err = _run_main(
         task='emnist_cnn_gn', data_source='synthetic', algorithm='fedpt',
@@ -92,7 +104,7 @@ class FedPTMethodTest(tf.test.TestCase):
     self.assertEqual(
         fedpt.FLAG_NAMES,
         ('frozen_layers', 'frozen_regex', 'frozen_target_trainable_fraction',
-         'frozen_initializer'))
+         'frozen_initializer', 'frozen_order'))
 
   def test_resumed_run_equals_uninterrupted_run(self):
     task = _femnist_task('emnist_2nn', max_elements=3)

@@ -323,6 +323,88 @@ class SelectionTest(tf.test.TestCase):
         frozen.select_frozen_layers(emnist.create_cnn(), regex='nothing')
 
 
+def _small_convnet():
+  """conv1 gn1 conv2 gn2 conv3 gn3 dense: a ResNet-like stack in miniature."""
+  x = inputs = tf.keras.layers.Input((8, 8, 1))
+  for i, filters in enumerate((4, 8, 32), start=1):
+    x = tf.keras.layers.Conv2D(filters, 3, padding='same', name=f'conv{i}')(x)
+    x = tf.keras.layers.GroupNormalization(2, name=f'gn{i}')(x)
+    x = tf.keras.layers.ReLU()(x)
+  x = tf.keras.layers.GlobalAveragePooling2D()(x)
+  return tf.keras.Model(inputs, tf.keras.layers.Dense(3, name='dense')(x))
+
+
+def _step_op_counts(frozen_layers) -> collections.Counter:
+  """Op types one traced training step runs to train what is not frozen.
+
+  The step is the client step of TFF's model-delta client work: a
+  GradientTape over the model's forward pass, gradients of
+  `model.trainable_variables` (FedPT's client model marks frozen layers
+  `trainable=False`).
+  """
+  model = _small_convnet()
+  fedpt_process.freeze_layers(model, frozen_layers)
+  loss_fn = _loss()
+
+  @tf.function
+  def step(x, y):
+    with tf.GradientTape() as tape:
+      loss = loss_fn(y, model(x, training=True))
+    return tape.gradient(loss, model.trainable_variables)
+
+  graph = step.get_concrete_function(
+      tf.TensorSpec([2, 8, 8, 1]), tf.TensorSpec([2, 1], tf.int32)).graph
+  # The ops the gradients depend on: what runs (TensorFlow prunes the rest,
+  # e.g. the gradients of frozen kernels, which the tape builds but nothing
+  # reads).
+  needed, stack = set(), [t.op for t in graph.outputs]
+  while stack:
+    op = stack.pop()
+    if op.name not in needed:
+      needed.add(op.name)
+      stack.extend(t.op for t in op.inputs)
+      stack.extend(op.control_inputs)
+  return collections.Counter(op.type for op in graph.get_operations() if op.name in needed)
+
+
+class FreezingOrderTest(tf.test.TestCase):
+
+  def test_orders(self):
+    with tf.Graph().as_default():
+      model = _small_convnet()
+      # Trainable parameters: conv1 40, conv2 296, conv3 2,336, dense 99, gn 8+16+64.
+      # Largest first to 10%: conv3 (-> 17.0%), then conv2 (-> 7.9%) would go
+      # below; dense, conv1 fit: convs 1 and 3 and dense are frozen.
+      self.assertEqual(
+          frozen.select_frozen_layers(model, target_trainable_fraction=0.1),
+          ('conv1', 'conv3', 'dense'))
+      # Input first: the shortest prefix (normalization layers included)
+      # after which at most 10% trains: up to conv3 (gn3 + dense train: 5.7%).
+      prefix = frozen.select_frozen_layers(
+          model, target_trainable_fraction=0.1, order=frozen.INPUT_FIRST)
+      self.assertEqual(prefix, ('conv1', 'conv2', 'conv3', 'gn1', 'gn2'))
+      self.assertAlmostEqual(frozen.trainable_fraction(model, prefix), 163 / 2859)
+      with self.assertRaisesRegex(ValueError, '--frozen_order.*largest_first, input_first'):
+        frozen.select_frozen_layers(model, target_trainable_fraction=0.1, order='random')
+
+  def test_backward_pass_stops_at_a_frozen_prefix(self):
+    # TensorFlow records no gradient op for a frozen prefix: with the three
+    # convolutions frozen but gn1/gn2 trainable before conv2/conv3, their
+    # input gradients are still needed (2 backprop-input ops; none for conv1,
+    # whose input is the data); with the prefix conv1..conv3 frozen
+    # (normalization layers included) no convolution is differentiated.
+    everything = _step_op_counts([])
+    all_convs = _step_op_counts(['conv1', 'conv2', 'conv3'])
+    prefix = _step_op_counts(['conv1', 'gn1', 'conv2', 'gn2', 'conv3'])
+    self.assertEqual((everything['Conv2DBackpropFilter'], everything['Conv2DBackpropInput']),
+                     (3, 2))
+    self.assertEqual((all_convs['Conv2DBackpropFilter'], all_convs['Conv2DBackpropInput']),
+                     (0, 2))
+    self.assertEqual((prefix['Conv2DBackpropFilter'], prefix['Conv2DBackpropInput']),
+                     (0, 0))
+    self.assertEqual(prefix['Conv2D'], all_convs['Conv2D'])
+
+
 class ProcessTest(tf.test.TestCase):
 
   def test_type_signature_sends_only_trainable_and_seed(self):

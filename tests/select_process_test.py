@@ -82,7 +82,7 @@ class FedAvgEquivalenceTest(tf.test.TestCase):
     spec = slicing.make_select_spec(
         model, [slicing.GroupConfig(['dense1'], 2, structured=False)])
     input_spec = _mlp_data(0, 2).element_spec
-    select = process_lib.build_federated_select_process(
+    select, traffic_next = process_lib.build_federated_select_process_and_traffic(
         models.mlp, _loss, _metrics, input_spec, spec, _sgd(0.1), _sgd(1.0))
     init = _numpy(tff.learning.models.ModelWeights.from_model(models.randomize(models.mlp(), 5)))
     state = select.set_model_weights(select.initialize(), init)
@@ -96,11 +96,51 @@ class FedAvgEquivalenceTest(tf.test.TestCase):
     self.assertAllEqual(new[2][unchanged_rows], init.trainable[2][unchanged_rows])
     # Bytes: 2 units of (7 kernel + 1 bias + 4 next-kernel) down, + dense2
     # bias and dense3 broadcast; keys go up to select and with the update.
-    bytes_ = comm.client_bytes(select.next)
+    # Measured on the federated_select form (what a deployed select sends);
+    # the simulation (broadcast_gather, the default) broadcasts the whole
+    # dense1 view (6 units) and the rest, and its uploads are the same.
+    bytes_ = comm.client_bytes(traffic_next)
     held = 2 * (7 + 1 + 4) + 4 + 4 * 3 + 3
     self.assertEqual(slicing.client_params(spec), held)
     self.assertEqual(bytes_.down_payload, 4 * held)
     self.assertEqual(bytes_.up_payload, 4 * held + 2 * 4 * 2)
+    simulated = comm.client_bytes(select.next)
+    self.assertEqual(simulated.down_payload, 4 * (6 * (7 + 1 + 4) + 4 + 4 * 3 + 3))
+    self.assertEqual(simulated.up_payload, bytes_.up_payload - 2 * 4)  # keys sent once
+
+  def test_broadcast_gather_equals_federated_select(self):
+    # Two select groups (mixed keys), two clients with different keys: both
+    # implementations give every client the same slices, so the same round.
+    vocab = 12
+    model = models.word_model(vocab)
+    spec = slicing.make_select_spec(model, slicing.group_configs(
+        model, ['embedding', 'output', 'ffn1'], 6, 'mixed', oov_index=0))
+    element_spec = _token_data(0, 2, vocab, [1]).element_spec
+    init = _numpy(tff.learning.models.ModelWeights.from_model(
+        models.randomize(models.word_model(vocab), 1)))
+    policy = keys_lib.KeyPolicy(spec, 'mixed', seed=3)
+    datasets = [_token_data(1, 6, vocab, [1, 2, 3, 4]),
+                _token_data(2, 6, vocab, [3, 4, 5, 6, 7, 8, 9])]
+    inputs = [process_lib.client_input(d, policy.client_keys(0, f'c{i}', d))
+              for i, d in enumerate(datasets)]
+    results = {}
+    for implementation in (process_lib.FEDERATED_SELECT, process_lib.BROADCAST_GATHER):
+      select = process_lib.build_federated_select_process(
+          lambda: models.word_model(vocab), _loss, _metrics, element_spec, spec,
+          _sgd(0.5), _sgd(1.0), implementation=implementation)
+      state = select.set_model_weights(select.initialize(), init)
+      out = select.next(state, inputs)
+      results[implementation] = (select.get_model_weights(out.state).trainable,
+                                 out.metrics['client_work']['train']['loss'])
+    (w_select, loss_select), (w_gather, loss_gather) = results.values()
+    self.assertNotAllClose(w_select[0], init.trainable[0])
+    for a, b in zip(w_select, w_gather):
+      self.assertAllEqual(a, b)
+    self.assertEqual(loss_select, loss_gather)
+
+  def test_bad_implementation(self):
+    with self.assertRaisesRegex(ValueError, 'select_implementation.*valid values: auto'):
+      process_lib.resolve_implementation('gather', None)
 
 
 class StructuredStandInsTest(tf.test.TestCase):

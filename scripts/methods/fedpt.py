@@ -36,8 +36,14 @@ _FROZEN_INITIALIZER = flags.DEFINE_enum(
     '(zero biases) are kept. A Gaussian also regenerates an LSTM\'s '
     'Orthogonal recurrent kernel, so lstm1 can be frozen.')
 
+_FROZEN_ORDER = flags.DEFINE_enum(
+    'frozen_order', frozen.LARGEST_FIRST, frozen.ORDERS,
+    'FedPT: order of --frozen_target_trainable_fraction: largest_first (the '
+    'largest non-normalization layers) or input_first (a prefix of the model, '
+    'normalization layers included: the backward pass stops at its end).')
+
 FLAG_NAMES = ('frozen_layers', 'frozen_regex', 'frozen_target_trainable_fraction',
-              'frozen_initializer')
+              'frozen_order', 'frozen_initializer')
 
 
 def validate_flags() -> None:
@@ -53,21 +59,23 @@ def validate_flags() -> None:
         f'--frozen_target_trainable_fraction={target} must be in (0, 1]')
 
 
-def frozen_layers_for(task, layers=(), regex=None, target=None) -> tuple:
+def frozen_layers_for(task, layers=(), regex=None, target=None,
+                      order=frozen.LARGEST_FIRST) -> tuple:
   """Layer paths to freeze in `task`'s model; `FlagError` for bad names."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   with tf.Graph().as_default():  # a throwaway model, like TFF's baseline tasks
     try:
       return frozen.select_frozen_layers(
           task.keras_model_fn(), layers=layers, regex=regex,
-          target_trainable_fraction=target)
+          target_trainable_fraction=target, order=order)
     except ValueError as e:
       raise flag_groups.FlagError(str(e)) from e
 
 
 def build(ctx: method.MethodContext) -> method.BuiltMethod:
   return build_from_layers(ctx, frozen_layers_for(
-      ctx.task, _FROZEN_LAYERS.value, _FROZEN_REGEX.value, _FROZEN_TARGET.value),
+      ctx.task, _FROZEN_LAYERS.value, _FROZEN_REGEX.value, _FROZEN_TARGET.value,
+      _FROZEN_ORDER.value),
       frozen_initializer=_FROZEN_INITIALIZER.value)
 
 

@@ -75,6 +75,14 @@ _BUCKET = flags.DEFINE_integer(
     'select_bucket_size', 1,
     'Indices per key of the structured key space (must divide its size).')
 
+_IMPLEMENTATION = flags.DEFINE_enum(
+    'select_implementation', process_lib.AUTO, process_lib.IMPLEMENTATIONS,
+    'How slices reach clients in simulation: federated_select (TFF\'s '
+    'intrinsic, one select call per key), broadcast_gather (the same values: '
+    'the server value broadcast, each client gathers its keys; close to a '
+    'broadcast of the payload in time) or auto (broadcast_gather). Bytes are '
+    'those of a deployed select either way.')
+
 _RESCALE = flags.DEFINE_bool(
     'select_rescale', False,
     'Random keys (conv filters, hidden units): the client sub-model multiplies '
@@ -85,7 +93,7 @@ _RESCALE = flags.DEFINE_bool(
 
 FLAG_NAMES = ('select_layer', 'select_keys', 'select_policy',
               'select_same_keys_per_round', 'select_fixed_client_keys',
-              'select_bucket_size', 'select_rescale')
+              'select_bucket_size', 'select_rescale', 'select_implementation')
 
 
 def validate_flags() -> None:
@@ -135,7 +143,8 @@ def select_spec(task, layers, keys_per_client, policy, bucket_size=1,
 def build_from_args(ctx: method.MethodContext, layers, keys_per_client: int,
                     policy: str, same_keys_per_round: bool = False,
                     bucket_size: int = 1, rescale: bool = False,
-                    fixed_client_keys: bool = False) -> method.BuiltMethod:
+                    fixed_client_keys: bool = False,
+                    implementation: str = process_lib.AUTO) -> method.BuiltMethod:
   """`build` without flags (tests and benchmarks call this)."""
   task = ctx.task
   spec = select_spec(task, layers, keys_per_client, policy, bucket_size, rescale)
@@ -150,10 +159,10 @@ def build_from_args(ctx: method.MethodContext, layers, keys_per_client: int,
       except ValueError as e:
         raise flag_groups.FlagError(f'--algorithm=select: {e}') from e
   input_spec = task.baseline.datasets.element_type_structure
-  process = process_lib.build_federated_select_process(
+  process, traffic_next = process_lib.build_federated_select_process_and_traffic(
       task.keras_model_fn, task.loss_fn, task.metrics_fn, input_spec, spec,
       ctx.client_optimizer, ctx.server_optimizer, deselect_factory=deselect,
-      loop_implementation=ctx.loop_implementation)
+      loop_implementation=ctx.loop_implementation, implementation=implementation)
   try:
     policy_obj = keys_lib.KeyPolicy(spec, policy, seed=ctx.seed,
                                     same_keys_per_round=same_keys_per_round,
@@ -175,7 +184,9 @@ def build_from_args(ctx: method.MethodContext, layers, keys_per_client: int,
       params_total=params_total,
       params_trainable=slicing.client_params(spec),
       client_model_params=held,
-      bytes=comm.client_bytes(process.next),
+      # What a deployed select sends (the federated_select form), whichever
+      # implementation the simulation runs.
+      bytes=comm.client_bytes(traffic_next),
       bytes_note=('up bytes count the int32 keys twice: once sent to '
                   'federated_select, once with the update for deselection'),
       client_input_fn=client_input_fn,
@@ -189,6 +200,7 @@ def build_from_args(ctx: method.MethodContext, layers, keys_per_client: int,
                        'output_scale': g.output_scale,
                        'policy': policy_obj._group_policy(g)}  # pylint: disable=protected-access
               for g in spec.groups},
+          'select_implementation': process_lib.resolve_implementation(implementation, spec),
       },
       # A client trains its sliced sub-model, not the task's Keras model.
       client_model_is_task_model=False,
@@ -199,4 +211,4 @@ def build(ctx: method.MethodContext) -> method.BuiltMethod:
   validate_flags()
   return build_from_args(ctx, _LAYER.value, _KEYS.value, _POLICY.value,
                          _SAME_KEYS.value, _BUCKET.value, _RESCALE.value,
-                         _FIXED_CLIENT_KEYS.value)
+                         _FIXED_CLIENT_KEYS.value, _IMPLEMENTATION.value)

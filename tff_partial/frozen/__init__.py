@@ -13,5 +13,8 @@ from tff_partial.frozen.regeneration import FrozenVariable
 from tff_partial.frozen.regeneration import regenerate
 from tff_partial.frozen.regeneration import seed_tensor
 from tff_partial.frozen.regeneration import SUPPORTED_INITIALIZERS
+from tff_partial.frozen.selection import INPUT_FIRST
+from tff_partial.frozen.selection import LARGEST_FIRST
+from tff_partial.frozen.selection import ORDERS
 from tff_partial.frozen.selection import select_frozen_layers
 from tff_partial.frozen.selection import trainable_fraction

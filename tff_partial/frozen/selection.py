@@ -5,6 +5,18 @@ FedPT (Sidahmed et al.), section 3 and appendix B: freeze the large layers
 first layers), keep normalization layers trainable (they are tiny and the
 model trains poorly without them).
 
+Order of the trainable-fraction target (`order`): `largest_first` freezes
+the largest layers first (the paper's CIFAR-10 choice: its Table 2
+percentages drop by exactly what ResNet-18's block4, block3, block2 and
+block1 convolutions hold, frozen in that order). `input_first` freezes a
+*prefix* of the model, every layer with weights in the order the model
+applies them, normalization layers included: when nothing before a frozen
+prefix trains, TensorFlow records no gradient op for the prefix (a
+GradientTape only records ops with watched inputs), so the backward pass
+stops at the prefix's end and a step costs less than with the same fraction
+frozen largest first (which still back-propagates through every frozen
+convolution to reach the trainable layers below it).
+
 Layers are named by their stable *path* (`dense1`, `block1/conv1`; see
 `regeneration.walk_layers`). Every variable of a frozen layer (and of the
 layers nested in it) is frozen. Normalization layers are frozen only when
@@ -25,6 +37,11 @@ NORMALIZATION_LAYERS = (
     tf.keras.layers.GroupNormalization,
     tf.keras.layers.UnitNormalization,
 )
+
+
+LARGEST_FIRST = 'largest_first'
+INPUT_FIRST = 'input_first'
+ORDERS = (LARGEST_FIRST, INPUT_FIRST)
 
 
 def is_normalization(layer) -> bool:
@@ -52,6 +69,7 @@ def select_frozen_layers(
     layers: Sequence[str] = (),
     regex: Optional[str] = None,
     target_trainable_fraction: Optional[float] = None,
+    order: str = LARGEST_FIRST,
 ) -> tuple[str, ...]:
   """Paths of the layers to freeze (union of the three criteria).
 
@@ -63,8 +81,14 @@ def select_frozen_layers(
     regex: frozen: every layer with weights whose path `re.fullmatch`es it,
       except normalization layers. Matching nothing is a `ValueError`.
     target_trainable_fraction: in (0, 1]: after the layers above, freeze
-      leaf layers largest first (never normalization layers), skipping any that
-      would bring the trainable fraction below the target.
+      more leaf layers, in `order`: `largest_first` freezes while at least the
+      target stays trainable (never normalization layers; skipping any that
+      would bring the fraction below the target); `input_first` freezes the
+      shortest prefix of the model (normalization layers included) after
+      which at most the target trains, so that at least 1 - target is frozen
+      (a prefix cannot stop at any fraction: on ResNet-18 the last
+      convolution alone holds 21% of the parameters).
+    order: `largest_first` or `input_first` (see the module docstring).
 
   Returns:
     Sorted, de-duplicated layer paths (a nested layer inside a selected one is
@@ -97,7 +121,12 @@ def select_frozen_layers(
       raise ValueError(
           '--frozen_target_trainable_fraction='
           f'{target_trainable_fraction} must be in (0, 1]')
-    selected.extend(_largest_first(infos, selected, target_trainable_fraction))
+    if order == LARGEST_FIRST:
+      selected.extend(_largest_first(infos, selected, target_trainable_fraction))
+    elif order == INPUT_FIRST:
+      selected.extend(_input_first(infos, selected, target_trainable_fraction))
+    else:
+      raise ValueError(f'--frozen_order={order!r}; valid values: {", ".join(ORDERS)}')
   return _minimal(selected)
 
 
@@ -114,17 +143,36 @@ def frozen_weight_paths(keras_model, frozen_layers) -> set[str]:
           for path, _ in _subtree_weights(infos, layer)}
 
 
-def _largest_first(infos, already, target) -> list[str]:
+def _trainable_sizes(infos, already):
+  """(size of each trainable weight path, total, trainable left after `already`)."""
   trainable = {path: int(np.prod(w.shape, dtype=np.int64))
                for info in infos for path, w in info.weights if w.trainable}
   total = sum(trainable.values())
   frozen = {p for layer in already for p, _ in _subtree_weights(infos, layer)}
   remaining = sum(n for p, n in trainable.items() if p not in frozen)
-  leaves = [
-      info for info in infos
-      if info.weights and not _sublayers_with_weights(infos, info.path)
-      and not is_normalization(info.layer)
-  ]
+  return trainable, frozen, total, remaining
+
+
+def _leaves(infos):
+  """Layers that hold weights and have no sublayer that does, in model order."""
+  return [info for info in infos
+          if info.weights and not _sublayers_with_weights(infos, info.path)]
+
+
+def _input_first(infos, already, target) -> list[str]:
+  trainable, frozen, total, remaining = _trainable_sizes(infos, already)
+  chosen = []
+  for info in _leaves(infos):
+    if remaining / total <= target + 1e-12:
+      break  # the shortest prefix that leaves at most the target trainable
+    remaining -= sum(trainable.get(p, 0) for p, _ in info.weights if p not in frozen)
+    chosen.append(info.path)
+  return chosen
+
+
+def _largest_first(infos, already, target) -> list[str]:
+  trainable, frozen, total, remaining = _trainable_sizes(infos, already)
+  leaves = [info for info in _leaves(infos) if not is_normalization(info.layer)]
   sizes = []
   for info in leaves:
     size = sum(trainable.get(p, 0) for p, _ in info.weights if p not in frozen)

@@ -21,6 +21,22 @@ The state and metrics have FedAvg's shape (`LearningAlgorithmState`;
 metrics `distributor / client_work / aggregator / finalizer`), and
 `get_model_weights(state)` returns the full server model.
 
+How the selected slices reach the clients in simulation
+(`implementation`): with TFF's `tff.federated_select` intrinsic, the C++
+runtime calls the select function once per distinct key and hands every
+client its slices as a sequence it materializes and re-reads, which took
+4-30x a broadcast of the same payload for 1,000 rows per client
+(`tff_partial.select.bench`, `scripts.benchmark --benchmark_select_buckets`).
+`broadcast_gather` computes the same select the way the paper's
+implementation option 1 does (section 3.2, "broadcast and compute on
+clients"): the group's server value is broadcast and each client gathers the
+slices of its keys (`slicing.select_key` with all its keys at once). Every
+client gets exactly the values `federated_select` would give it, in a time
+close to a broadcast of its payload (TFF's runtime shares one broadcast
+value among clients). What a deployed select sends (only the selected
+slices) is described by the `federated_select` form, whose `next` is built
+alongside (`build_federated_select_process_and_traffic`) for exact bytes.
+
 Why not `tff.learning.templates.compose_learning_process`: its distributor
 sees only server values, while the select distributor needs the clients'
 keys; the process is therefore composed here from the same TFF parts
@@ -38,6 +54,21 @@ import tensorflow_federated as tff
 from tff_partial.select import aggregator as aggregator_lib
 from tff_partial.select import slicing
 
+FEDERATED_SELECT = 'federated_select'
+BROADCAST_GATHER = 'broadcast_gather'
+AUTO = 'auto'
+IMPLEMENTATIONS = (AUTO, BROADCAST_GATHER, FEDERATED_SELECT)
+
+
+def resolve_implementation(implementation: str, spec: slicing.SelectSpec) -> str:
+  """`auto`: `broadcast_gather` (measured faster for every key count, from
+  1 to 1,000 keys per client), else the implementation asked for."""
+  if implementation not in IMPLEMENTATIONS:
+    raise ValueError(f'--select_implementation={implementation!r}; valid values: '
+                     + ', '.join(IMPLEMENTATIONS))
+  del spec
+  return BROADCAST_GATHER if implementation == AUTO else implementation
+
 
 def _sub_model_fn(keras_model_fn, loss_fn, metrics_fn, input_spec, spec):
   sub_spec = slicing.client_input_spec(input_spec, spec)
@@ -50,7 +81,17 @@ def _sub_model_fn(keras_model_fn, loss_fn, metrics_fn, input_spec, spec):
   return model_fn
 
 
-def build_federated_select_process(
+def build_federated_select_process(*args, **kwargs
+                                   ) -> tff.learning.templates.LearningProcess:
+  """Builds Algorithm 2 as a `tff.learning.templates.LearningProcess`.
+
+  Takes the arguments of `build_federated_select_process_and_traffic` and
+  returns its process.
+  """
+  return build_federated_select_process_and_traffic(*args, **kwargs)[0]
+
+
+def build_federated_select_process_and_traffic(
     keras_model_fn: Callable[[], tf.keras.Model],
     loss_fn: Callable[[], tf.keras.losses.Loss],
     metrics_fn: Callable[[], list],
@@ -63,8 +104,9 @@ def build_federated_select_process(
     client_weighting=tff.learning.ClientWeighting.NUM_EXAMPLES,
     loop_implementation: tff.learning.LoopImplementation = (
         tff.learning.LoopImplementation.DATASET_REDUCE),
-) -> tff.learning.templates.LearningProcess:
-  """Builds Algorithm 2 as a `tff.learning.templates.LearningProcess`.
+    implementation: str = AUTO,
+) -> tuple[tff.learning.templates.LearningProcess, tff.Computation]:
+  """Algorithm 2 as a `LearningProcess`, and the `next` of its select form.
 
   Args:
     keras_model_fn: no-arg function returning the server's (uncompiled) Keras
@@ -76,11 +118,20 @@ def build_federated_select_process(
     deselect_factory: the aggregator of client uploads; defaults to
       `aggregator.DeselectMeanFactory(spec)` (sparse per-key weighted mean).
     client_weighting: `tff.learning.ClientWeighting` of the client work.
+    loop_implementation: the clients' `tff.learning.LoopImplementation`.
+    implementation: how slices reach the clients in simulation:
+      `federated_select` (TFF's intrinsic), `broadcast_gather` (the same
+      values via a broadcast and a gather at each client; the paper's option
+      1) or `auto` (`resolve_implementation`).
 
   Returns:
-    A `LearningProcess`; clients' `next` input is
-    `OrderedDict(data=dataset, keys=OrderedDict(group=int32[m]))`.
+    (process, traffic_next): the `LearningProcess` (clients' `next` input is
+    `OrderedDict(data=dataset, keys=OrderedDict(group=int32[m]))`), and the
+    `next` computation of the `federated_select` form (the process's own
+    `next` when it is that form): its type and intrinsics describe what a
+    deployed select sends (`tff_partial.measure.comm.client_bytes`).
   """
+  implementation = resolve_implementation(implementation, spec)
   if not spec.groups:
     raise ValueError('spec: federated select needs at least one select group')
   if deselect_factory is None:
@@ -144,18 +195,35 @@ def build_federated_select_process(
       (g.name, tff.SequenceType(select_fns[g.name].type_signature.result))
       for g in spec.groups)
 
-  @tff.tensorflow.computation(tff.StructType(list(selected_types.items())),
-                              broadcast_part.type_signature.result)
-  def assemble(selected, broadcast):
+  def assemble_sub_weights(stacked_by_group, broadcast):
     trainable = [None] * spec.num_trainable
     for g in spec.groups:
-      stacked = selected[g.name].batch(g.keys_per_client).get_single_element()
-      for s, v in zip(g.slices, slicing.assemble(spec, g, stacked)):
+      for s, v in zip(g.slices, slicing.assemble(spec, g, stacked_by_group[g.name])):
         trainable[s.index] = v
     for i, v in zip(spec.broadcast_indices, broadcast[0]):
       trainable[i] = v
     return tff.learning.models.ModelWeights(
         trainable=trainable, non_trainable=list(broadcast[1]))
+
+  @tff.tensorflow.computation(tff.StructType(list(selected_types.items())),
+                              broadcast_part.type_signature.result)
+  def assemble(selected, broadcast):
+    return assemble_sub_weights(collections.OrderedDict(
+        (g.name, selected[g.name].batch(g.keys_per_client).get_single_element())
+        for g in spec.groups), broadcast)
+
+  views_types = tff.StructWithPythonType(
+      [(g.name, view_fns[g.name].type_signature.result) for g in spec.groups],
+      collections.OrderedDict)
+
+  @tff.tensorflow.computation(views_types, keys_type,
+                              broadcast_part.type_signature.result)
+  def gather_and_assemble(views, keys, broadcast):
+    # psi of all of a client's keys at once: [m, *slice_shape] per slice.
+    stacked = collections.OrderedDict(
+        (g.name, slicing.select_key(tuple(views[g.name]), keys[g.name]))
+        for g in spec.groups)
+    return assemble_sub_weights(stacked, broadcast)
 
   @tff.tensorflow.computation(client_data_type)
   def client_dataset(client_data):
@@ -187,20 +255,34 @@ def build_federated_select_process(
 
   state_type = init_fn.type_signature.result
 
-  @tff.federated_computation(state_type,
-                             tff.FederatedType(client_data_type, tff.CLIENTS))
-  def next_fn(state, client_data):
+  def sub_weights_at_clients(weights, keys, how):
+    """The clients' sub-models: the selected slices + the broadcast part."""
+    broadcast = tff.federated_broadcast(tff.federated_map(broadcast_part, weights))
+    server_vals = collections.OrderedDict(
+        (g.name, tff.federated_map(view_fns[g.name], weights.trainable))
+        for g in spec.groups)
+    if how == BROADCAST_GATHER:
+      views = tff.federated_zip(collections.OrderedDict(
+          (name, tff.federated_broadcast(v)) for name, v in server_vals.items()))
+      return tff.federated_map(gather_and_assemble, (views, keys, broadcast))
+    selected = collections.OrderedDict(
+        (g.name, tff.federated_select(
+            keys[g.name], tff.federated_value(max_keys[g.name], tff.SERVER),
+            server_vals[g.name], select_fns[g.name]))
+        for g in spec.groups)
+    return tff.federated_map(assemble, (tff.federated_zip(selected), broadcast))
+
+  def make_next(how):
+    @tff.federated_computation(state_type,
+                               tff.FederatedType(client_data_type, tff.CLIENTS))
+    def next_fn(state, client_data):
+      return round_body(state, client_data, how)
+    return next_fn
+
+  def round_body(state, client_data, how):
     weights = state.global_model_weights
     keys = client_data['keys']
-    selected = collections.OrderedDict()
-    for g in spec.groups:
-      server_val = tff.federated_map(view_fns[g.name], weights.trainable)
-      selected[g.name] = tff.federated_select(
-          keys[g.name], tff.federated_value(max_keys[g.name], tff.SERVER),
-          server_val, select_fns[g.name])
-    broadcast = tff.federated_broadcast(tff.federated_map(broadcast_part, weights))
-    sub_weights = tff.federated_map(
-        assemble, (tff.federated_zip(selected), broadcast))
+    sub_weights = sub_weights_at_clients(weights, keys, how)
     data = tff.federated_map(client_dataset, client_data)
     work = client_work.next(state.client_work, sub_weights, data)
     uploads = tff.federated_map(make_upload, (work.result.update, keys))
@@ -234,8 +316,12 @@ def build_federated_select_process(
         aggregator=state.aggregator,
         finalizer=state.finalizer)
 
-  return tff.learning.templates.LearningProcess(
+  next_fn = make_next(implementation)
+  traffic_next = (next_fn if implementation == FEDERATED_SELECT
+                  else make_next(FEDERATED_SELECT))
+  process = tff.learning.templates.LearningProcess(
       init_fn, next_fn, get_model_weights, set_model_weights)
+  return process, traffic_next
 
 
 def client_input(dataset, keys) -> collections.OrderedDict:

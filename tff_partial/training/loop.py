@@ -42,7 +42,7 @@ _FINAL_EVAL_FILE = 'final_eval.json'
 RESUMABLE_FLAG_CHANGES = frozenset(
     {'total_rounds', 'rounds_per_eval', 'rounds_per_checkpoint', 'workers',
      'allow_remote_workers', 'worker_rpc_timeout_s', 'worker_max_clients_per_subround',
-     'deterministic'})
+     'deterministic', 'client_loop_resolved'})
 
 
 class RunConfigMismatchError(ValueError):
@@ -155,14 +155,16 @@ def build_client_selection_fn(
 
 def client_value(task: registry.Task, built: method_lib.BuiltMethod, seed: int,
                  round_num: int, client_index: int, client_id: str,
-                 raw: Optional[tf.data.Dataset] = None):
+                 empty: bool = False):
   """What `built.process.next` takes for one client: its data, shuffled
   (`seeded_shuffle`) and preprocessed, through `built.client_input_fn`.
 
-  `raw` replaces the client's raw dataset (e.g. an empty one for timing).
+  `empty` keeps none of the client's examples (benchmarks time a round
+  without client training this way).
   """
-  if raw is None:
-    raw = task.train_data.create_tf_dataset_for_client(client_id)
+  raw = task.train_data.create_tf_dataset_for_client(client_id)
+  if empty:
+    raw = raw.take(0)
   raw = seeded_shuffle(raw, seed, round_num, client_index)
   # Random ops that preprocessing traces (e.g. CIFAR-10's crops and flips)
   # take their op seeds from the global seed at trace time: make it a function

@@ -1,0 +1,151 @@
+"""Tests of tff_partial/bench: configurations, reports, machine header, fits."""
+
+import os
+from unittest import mock
+
+import psutil
+import tensorflow as tf
+
+from tff_partial.bench import configs
+from tff_partial.bench import machine
+from tff_partial.bench import references
+from tff_partial.bench import report
+from tff_partial.bench import scaling
+from tff_partial.bench import worker_settings
+from tff_partial.training import client_loop
+
+_ALGORITHMS = ('tff_fedavg', 'fedavg', 'fedpt')
+
+
+class ConfigsTest(tf.test.TestCase):
+
+  def test_custom_config(self):
+    c = configs.parse_custom('f:fedpt:frozen_layers=dense1;frozen_order=input_first',
+                             _ALGORITHMS)
+    self.assertEqual((c.name, c.algorithm), ('f', 'fedpt'))
+    self.assertEqual(c.overrides, {'frozen_layers': 'dense1', 'frozen_order': 'input_first'})
+
+  def test_bad_custom_config_is_a_clear_error(self):
+    with self.assertRaisesRegex(ValueError, 'NAME:ALGORITHM'):
+      configs.parse_custom('justaname', _ALGORITHMS)
+    with self.assertRaisesRegex(ValueError, 'valid values: tff_fedavg, fedavg'):
+      configs.parse_custom('x:sgd:', _ALGORITHMS)
+    with self.assertRaisesRegex(ValueError, 'is not FLAG=VALUE'):
+      configs.parse_custom('x:fedavg:client_loop', _ALGORITHMS)
+
+  def test_select_presets(self):
+    chosen = configs.select('emnist_cnn', None, ['x:fedavg:'], _ALGORITHMS)
+    self.assertEqual([c.name for c in chosen],
+                     list(configs.TASK_PRESETS['emnist_cnn']) + ['x'])
+    with self.assertRaisesRegex(ValueError, 'given twice'):
+      configs.select('emnist_cnn', ['fedavg'], ['fedavg:fedavg:'], _ALGORITHMS)
+    with self.assertRaisesRegex(ValueError, 'unknown preset'):
+      configs.select('emnist_cnn', ['nope'], [], _ALGORITHMS)
+
+
+class ScalingTest(tf.test.TestCase):
+
+  def test_linear_fit(self):
+    fit = scaling.linear_fit([10, 50, 100], [1.5, 5.5, 10.5])
+    self.assertAlmostEqual(fit['slope'], 0.1)
+    self.assertAlmostEqual(fit['intercept'], 0.5)
+    self.assertAlmostEqual(fit['r2'], 1.0)
+
+
+class ReportTest(tf.test.TestCase):
+
+  def _rows(self):
+    def row(name, wall, cpu, bytes_):
+      return {'name': name, 'median_round_seconds': wall, 'median_round_cpu_seconds': cpu,
+              'examples_per_round': 100.0, 'examples_per_second': 100.0 / wall,
+              'bytes_down_per_client': bytes_, 'bytes_up_per_client': bytes_}
+    rows = [row('tff_fedavg', 2.0, 4.0, 40), row('fedavg', 1.0, 3.0, 40),
+            {'name': 'select', 'skipped': 'not here'}]
+    refs = [{'name': references.LIMIT, 'median_round_seconds': 0.8,
+             'median_round_cpu_seconds': 1.5, 'examples_per_round': 100.0,
+             'examples_per_second': 125.0}]
+    return rows, refs
+
+  def test_ratios(self):
+    rows, refs = self._rows()
+    report.add_ratios(rows, refs)
+    fedavg = rows[1]
+    self.assertAlmostEqual(fedavg['round_time_vs_tff_fedavg'], 0.5)
+    self.assertAlmostEqual(fedavg['round_cpu_vs_tff_fedavg'], 0.75)
+    self.assertAlmostEqual(fedavg['bytes_vs_tff_fedavg'], 1.0)
+    self.assertAlmostEqual(fedavg['throughput_vs_limit'], 100.0 / 125.0)
+    self.assertAlmostEqual(fedavg['cpu_throughput_vs_limit'], 1.5 / 3.0)
+    self.assertAlmostEqual(refs[0]['throughput_vs_limit'], 1.0)
+    self.assertNotIn('throughput_vs_limit', rows[2])
+
+  def test_markdown(self):
+    rows, refs = self._rows()
+    report.add_ratios(rows, refs)
+    text = report.markdown({
+        'task': 't', 'machine': 'CPU: x', 'data': 'd', 'clients_per_round': 2,
+        'rounds': 3, 'warmup_rounds': 1, 'client_batch_size': 20, 'client_epochs': 1,
+        'client_max_batches': -1, 'seed': 0, 'runtime': 'r', 'method_note': 'n',
+        'rows': rows, 'references': refs, 'load_at_end': '1.0/1.0/1.0'})
+    self.assertIn('| fedavg | 1 | 3 | 0.5 | 0.75 | - | 100 | 0.8 | 0.5 | 0.0 | 0.0 | 1 |', text)
+    self.assertIn('| select | skipped: not here |', text)
+    self.assertIn(f'| {references.LIMIT} | 0.8 | 1.5 |', text)
+
+
+class MachineTest(tf.test.TestCase):
+
+  def test_onednn_env_and_header(self):
+    for value, env, worker in (('0', False, False), ('1', True, True), (None, None, True)):
+      environ = {} if value is None else {'TF_ENABLE_ONEDNN_OPTS': value}
+      with mock.patch.dict(os.environ, environ, clear=True):
+        self.assertEqual(machine.onednn_env(), env)
+        self.assertEqual(machine.worker_onednn(), worker)
+        self.assertEqual(client_loop.worker_onednn(), worker)
+    header = machine.describe().header()
+    self.assertRegex(header, r'^CPU: .+, \d+ cores, AVX-512 (yes|no), ')
+    self.assertRegex(header, r'oneDNN: .* -> Python TF (on|off), TFF worker (on|off)')
+
+
+class WorkerSettingsTest(tf.test.TestCase):
+
+  def test_split(self):
+    settings, rest = worker_settings.split(
+        {'worker_intra_op_threads': '1', 'client_loop': 'reduce'})
+    self.assertEqual(settings, {'worker_intra_op_threads': 1})
+    self.assertEqual(rest, {'client_loop': 'reduce'})
+    with self.assertRaisesRegex(ValueError, 'worker_max_concurrent_calls=.x. is not an integer'):
+      worker_settings.split({'worker_max_concurrent_calls': 'x'})
+
+  def test_local_context_starts_a_worker_with_the_settings(self):
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    env_before = dict(os.environ)
+    context = worker_settings.local_context(
+        worker_max_concurrent_calls=2, worker_intra_op_threads=1)
+    self.assertIsNotNone(context)
+    self.assertEqual(dict(os.environ), env_before)  # this process is unchanged
+    new = [p for p in psutil.Process().children(recursive=True)
+           if p.pid not in before and p.name().startswith('worker_binary')]
+    self.assertLen(new, 1)
+    self.assertIn('--max_concurrent_computation_calls=2', new[0].cmdline())
+    self.assertEqual(new[0].environ().get('TF_NUM_INTRAOP_THREADS'), '1')
+    new[0].kill()
+
+
+class ClientLoopTest(tf.test.TestCase):
+
+  def test_resolve(self):
+    self.assertEqual(client_loop.resolve('iterator', 'any'), 'iterator')
+    self.assertEqual(client_loop.resolve('reduce', 'any'), 'reduce')
+    # A task or CPU not measured: TFF's default.
+    self.assertEqual(client_loop.resolve('auto', 'not_a_task', onednn=True, avx512=True),
+                     'reduce')
+    self.assertEqual(client_loop.resolve('auto', 'emnist_cnn_gn', onednn=False, avx512=False),
+                     'reduce')
+    self.assertLen(client_loop.MEASURED_FASTER, 16)  # 8 tasks x 2 oneDNN paths
+    for (task, onednn, avx512), loop in client_loop.MEASURED_FASTER.items():
+      self.assertEqual(client_loop.resolve('auto', task, onednn=onednn, avx512=avx512), loop)
+    with self.assertRaisesRegex(ValueError, '--client_loop=.*valid values: auto'):
+      client_loop.resolve('fast', 'x')
+
+
+if __name__ == '__main__':
+  tf.test.main()

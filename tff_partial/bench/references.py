@@ -1,0 +1,136 @@
+"""Centralized references for a benchmark round: what one process can do.
+
+For the clients of each round, on the same examples in the same batches
+(TFF's client data path: each client's preprocessed dataset, batch size and
+epochs of the task's client spec), with the client learning rate:
+
+* `keras_in_memory` (**the honest limit**): Keras `model.fit` over the
+  round's batches, materialized in memory (`Dataset.cache()`, filled before
+  the timer starts), timed warm (the train function traced in the warm-up
+  rounds). What this machine does centrally with the same model and batches.
+* `keras_tff_data_path`: `model.fit` over a freshly built concatenation of
+  the round's preprocessed TFF client datasets, timed with building and
+  reading them (the reference the benchmark used before; it pays the data
+  path a federated round pays too).
+* `tf_function_floor`: a floor for the clients' own work: the same number
+  of gradient steps (forward, backward, SGD update) in one `tf.function`
+  loop over the in-memory batches, no Keras `fit` machinery.
+
+Keras is compiled without metrics (the strictest reference); federated
+clients also compute the task's metrics.
+"""
+
+import time
+
+from absl import logging
+import numpy as np
+import tensorflow as tf
+
+from tff_partial.bench import cohorts as cohorts_lib
+from tff_partial.bench import machine
+from tff_partial.bench import rounds as rounds_lib
+
+KERAS_IN_MEMORY = 'keras_in_memory'
+KERAS_TFF_DATA_PATH = 'keras_tff_data_path'
+TF_FUNCTION_FLOOR = 'tf_function_floor'
+NAMES = (KERAS_IN_MEMORY, KERAS_TFF_DATA_PATH, TF_FUNCTION_FLOOR)
+# The reference every "vs limit" ratio divides by.
+LIMIT = KERAS_IN_MEMORY
+
+
+def round_dataset(task, cohort) -> tf.data.Dataset:
+  """The cohort's preprocessed TFF client datasets, one after the other."""
+  datasets = cohorts_lib.tff_client_data(task, cohort)
+  merged = datasets[0]
+  for d in datasets[1:]:
+    merged = merged.concatenate(d)
+  return merged
+
+
+def in_memory(dataset: tf.data.Dataset) -> tf.data.Dataset:
+  """`dataset` cached in memory and read once, so later passes read memory."""
+  cached = dataset.cache()
+  for _ in cached:
+    pass
+  return cached
+
+
+class _Reference:
+  """One centralized reference, run in the benchmark's interleaving."""
+
+  def __init__(self, name, task, seed, learning_rate, counter):
+    self.name = name
+    self.task, self.counter = task, counter
+    tf.keras.utils.set_random_seed(seed)
+    self.model = task.keras_model_fn()
+    self.optimizer = tf.keras.optimizers.SGD(learning_rate)
+    if name == TF_FUNCTION_FLOOR:
+      self._steps = self._make_steps()
+    else:
+      self.model.compile(optimizer=self.optimizer, loss=task.loss_fn())
+    self.wall, self.cpu, self.examples, self.steps = [], [], [], []
+
+  def _make_steps(self):
+    model, loss_fn, optimizer = self.model, self.task.loss_fn(), self.optimizer
+
+    @tf.function
+    def steps(dataset):
+      count = tf.constant(0)
+      for batch in dataset:
+        x, y = batch
+        with tf.GradientTape() as tape:
+          loss = loss_fn(y, model(x, training=True))
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        count += 1
+      return count
+
+    return steps
+
+  def train_round(self, round_num, cohort, timed):
+    dataset = round_dataset(self.task, cohort)
+    if self.name != KERAS_TFF_DATA_PATH:
+      dataset = in_memory(dataset)  # not timed: materialized once
+    c0 = machine.cpu_seconds()
+    t0 = time.perf_counter()
+    if self.name == TF_FUNCTION_FLOOR:
+      steps = int(self._steps(dataset))
+    else:
+      history = self.model.fit(dataset, epochs=1, verbose=0)
+      del history
+      steps = None
+    dt = time.perf_counter() - t0
+    dc = machine.cpu_seconds() - c0
+    logging.info('%s round %d: %.2fs, %.2f CPU s', self.name, round_num, dt, dc)
+    if timed:
+      self.wall.append(dt)
+      self.cpu.append(dc)
+      self.examples.append(self.counter.cohort(cohort))
+      if steps is not None:
+        self.steps.append(steps)
+
+  def empty_round(self, round_num, cohort, timed):
+    del round_num, cohort, timed
+
+  def row(self) -> dict:
+    wall = rounds_lib.median(self.wall)
+    examples = float(np.mean(self.examples)) if self.examples else 0.0
+    return {
+        'name': self.name, 'algorithm': 'centralized reference',
+        'rounds_timed': len(self.wall),
+        'round_seconds_all': self.wall, 'round_cpu_seconds_all': self.cpu,
+        'median_round_seconds': wall,
+        'median_round_cpu_seconds': rounds_lib.median(self.cpu),
+        'examples_per_round': examples,
+        'examples_per_second': examples / wall if wall else None,
+        'gradient_steps_per_round': self.steps[0] if self.steps else None,
+    }
+
+
+def make_references(names, task, seed: int, learning_rate: float,
+                    counter: cohorts_lib.ExampleCounter) -> list:
+  """The references named (a subset of `NAMES`), ready for `run_interleaved`."""
+  for name in names:
+    if name not in NAMES:
+      raise ValueError(f'unknown reference {name!r}; valid values: {", ".join(NAMES)}')
+  return [_Reference(n, task, seed, learning_rate, counter) for n in names]
