@@ -34,7 +34,7 @@ _BASE = {'task': 'emnist_2nn', 'data_source': 'synthetic', 'total_rounds': 2,
 _GRID_SPEC = {
     'name': 'tiny_grid',
     'base': _BASE,
-    'grid': {'client_learning_rate': [0.05, 0.1], 'server_learning_rate': [0.5, 1.0]},
+    'grid': {'client_learning_rate': [0.05, 0.1]},
     'seeds': [0, 1],
 }
 # emnist_2nn: 209,662 float32 parameters down and up per round.
@@ -44,11 +44,10 @@ _TIME_COLUMNS = ('training_time_in_seconds', 'evaluation/evaluation_time_in_seco
 _T_975_1 = 12.706204736174707
 
 
-# Two fresh scripts.train processes with the same flags agree only to float32
-# rounding with oneDNN on (TF_ENABLE_ONEDNN_OPTS=1: 4.4534922 vs 4.4534917 for
-# a client's train loss; issue 14 makes them bit-identical). A resume that
-# went wrong (another model, sample or mask) differs far more than this.
-_RTOL = 1e-5
+# Runs are bit-identical across processes (--deterministic, on by default:
+# docs/architecture.md), so a killed-and-resumed sweep must equal an
+# uninterrupted one exactly.
+_RTOL = 0.0
 
 
 def _assert_rows_close(test, rows_a, rows_b, where):
@@ -131,7 +130,7 @@ def _processes_in_group(pgid):
 
 
 class SweepGridTest(absltest.TestCase):
-  """The 2 x 2 x 2 sweep: uninterrupted (A), and killed then rerun (B)."""
+  """The 2 configs x 2 seeds sweep: uninterrupted (A), and killed then rerun (B)."""
 
   @classmethod
   def setUpClass(cls):
@@ -143,7 +142,7 @@ class SweepGridTest(absltest.TestCase):
     _run_sweep(cls.spec_path, cls.full)
 
     # B: killed (SIGTERM to its process group, as a terminal's Ctrl-C reaches
-    # a whole group) once two runs finished and another one has a checkpoint.
+    # a whole group) once a run finished and another one has a checkpoint.
     process = subprocess.Popen(
         _sweep_command(cls.spec_path, cls.killed), cwd=_REPO, env=_env(),
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
@@ -160,7 +159,7 @@ class SweepGridTest(absltest.TestCase):
         continue
       with_checkpoint = [r for r in running if _has_checkpoint(cls.killed, r)
                          and not os.path.exists(os.path.join(cls.killed, r, plan.FINISHED_FILE))]
-      if len(_finished(cls.killed)) >= 2 and with_checkpoint:
+      if _finished(cls.killed) and with_checkpoint:
         break
     os.killpg(process.pid, signal.SIGTERM)
     cls.killed_returncode = process.wait(timeout=120)
@@ -180,7 +179,7 @@ class SweepGridTest(absltest.TestCase):
 
   def test_summary_statistics_match_the_runs_csvs(self):
     rows = {r['config']: r for r in _csv_rows(os.path.join(self.full, 'summary', 'summary.csv'))}
-    self.assertLen(rows, 4)
+    self.assertLen(rows, 2)
     for config, row in rows.items():
       finals = [_metrics(os.path.join(self.full, 'runs', config, f'seed_{s}')) for s in (0, 1)]
       for key in ('accuracy', 'loss'):
@@ -201,20 +200,20 @@ class SweepGridTest(absltest.TestCase):
                          int(f[1]['comm/bytes_up_per_client']), _BYTES_PER_ROUND)
     with open(os.path.join(self.full, 'summary', 'summary.md')) as f:
       table = f.read()
-    self.assertIn('| client_learning_rate=0.1+server_learning_rate=1.0 | 2 |', table)
+    self.assertIn('| client_learning_rate=0.1 | 2 |', table)
     for name in ('accuracy_vs_rounds.png', 'accuracy_vs_bytes.png'):
       self.assertGreater(os.path.getsize(os.path.join(self.full, 'summary', name)), 10_000)
 
   def test_killed_sweep_resumes_to_the_uninterrupted_results(self):
     self.assertEqual(self.killed_returncode, 128 + signal.SIGTERM)
-    self.assertGreaterEqual(len(self.finished_at_kill), 2)
-    self.assertLess(len(self.finished_at_kill), 8)
+    self.assertGreaterEqual(len(self.finished_at_kill), 1)
+    self.assertLess(len(self.finished_at_kill), 4)
     self.assertNotEmpty(self.unfinished_with_checkpoint)
     # The runs (and their TFF worker_binary) went down with the sweep.
     self.assertNotEmpty(self.killed_groups)
     for pgid in self.killed_groups:
       self.assertEqual(_processes_in_group(pgid), [], pgid)
-    self.assertIn(f'{len(self.finished_at_kill)} of 8 runs already finished', self.rerun_output)
+    self.assertIn(f'{len(self.finished_at_kill)} of 4 runs already finished', self.rerun_output)
     for run in self.finished_at_kill:  # not run again
       self.assertEqual(
           os.stat(os.path.join(self.killed, run, plan.FINISHED_FILE)).st_mtime_ns,
@@ -227,7 +226,7 @@ class SweepGridTest(absltest.TestCase):
       self.assertIn('Resuming from checkpoint round', second_start, run)
     runs = _final_runs(self.full)
     self.assertEqual(runs, _final_runs(self.killed))
-    self.assertLen(runs, 8)
+    self.assertLen(runs, 4)
     for run in runs:
       full, killed = os.path.join(self.full, run), os.path.join(self.killed, run)
       _assert_rows_close(self, _metrics(full), _metrics(killed), run)
@@ -325,7 +324,11 @@ class SweepBadInputTest(absltest.TestCase):
     result = subprocess.run(_sweep_command(spec_path, sweep_dir), cwd=_REPO, env=_env(),
                             capture_output=True, text=True, check=False)
     self.assertEqual(result.returncode, 2)
-    self.assertEqual(result.stderr.strip().splitlines(), [
+    # TensorFlow's C++ runtime may log at import (e.g. 'Unable to register
+    # cuDNN factory' where CUDA libraries are installed); those lines are TF's.
+    tf_log = re.compile(r'^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: [IWEF] ')
+    own = [l for l in result.stderr.strip().splitlines() if not tf_log.match(l)]
+    self.assertEqual(own, [
         'error: config frozen_layers=dense1: --frozen_layers belongs to --algorithm=fedpt and '
         'does not apply to --algorithm=pvt'])
     self.assertFalse(os.path.exists(sweep_dir))

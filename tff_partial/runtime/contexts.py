@@ -57,7 +57,13 @@ class _DeadlineStub(remote_executor_grpc_stub.RemoteExecutorGrpcStub):
   """TFF's executor stub with a deadline per RPC and non-retryable failures."""
 
   def __init__(self, address: str, rpc_timeout_s: float):
-    super().__init__(grpc.insecure_channel(address, workers_lib.GRPC_OPTIONS))
+    # A subchannel pool of this channel's own: gRPC shares connections to an
+    # address between channels by default, so after a worker died, the stubs
+    # of a new `configure` inherited its connection's reconnect backoff and
+    # failed at once with 'Connection refused' even though a restarted worker
+    # was already listening (seen in CI, runtime_netns_test).
+    super().__init__(grpc.insecure_channel(
+        address, workers_lib.GRPC_OPTIONS + [('grpc.use_local_subchannel_pool', 1)]))
     self._address = address
     self._timeout = rpc_timeout_s
 
