@@ -34,7 +34,7 @@ _BASE = {'task': 'emnist_2nn', 'data_source': 'synthetic', 'total_rounds': 2,
 _GRID_SPEC = {
     'name': 'tiny_grid',
     'base': _BASE,
-    'grid': {'client_learning_rate': [0.05, 0.1]},
+    'grid': {'client_learning_rate': [0.05, 0.1], 'server_learning_rate': [0.5, 1.0]},
     'seeds': [0, 1],
 }
 # emnist_2nn: 209,662 float32 parameters down and up per round.
@@ -130,7 +130,7 @@ def _processes_in_group(pgid):
 
 
 class SweepGridTest(absltest.TestCase):
-  """The 2 configs x 2 seeds sweep: uninterrupted (A), and killed then rerun (B)."""
+  """The 2 x 2 grid x 2 seeds sweep: uninterrupted (A), and killed then rerun (B)."""
 
   @classmethod
   def setUpClass(cls):
@@ -179,7 +179,7 @@ class SweepGridTest(absltest.TestCase):
 
   def test_summary_statistics_match_the_runs_csvs(self):
     rows = {r['config']: r for r in _csv_rows(os.path.join(self.full, 'summary', 'summary.csv'))}
-    self.assertLen(rows, 2)
+    self.assertLen(rows, 4)
     for config, row in rows.items():
       finals = [_metrics(os.path.join(self.full, 'runs', config, f'seed_{s}')) for s in (0, 1)]
       for key in ('accuracy', 'loss'):
@@ -200,20 +200,20 @@ class SweepGridTest(absltest.TestCase):
                          int(f[1]['comm/bytes_up_per_client']), _BYTES_PER_ROUND)
     with open(os.path.join(self.full, 'summary', 'summary.md')) as f:
       table = f.read()
-    self.assertIn('| client_learning_rate=0.1 | 2 |', table)
+    self.assertIn('| client_learning_rate=0.1+server_learning_rate=1.0 | 2 |', table)
     for name in ('accuracy_vs_rounds.png', 'accuracy_vs_bytes.png'):
       self.assertGreater(os.path.getsize(os.path.join(self.full, 'summary', name)), 10_000)
 
   def test_killed_sweep_resumes_to_the_uninterrupted_results(self):
     self.assertEqual(self.killed_returncode, 128 + signal.SIGTERM)
     self.assertGreaterEqual(len(self.finished_at_kill), 1)
-    self.assertLess(len(self.finished_at_kill), 4)
+    self.assertLess(len(self.finished_at_kill), 8)
     self.assertNotEmpty(self.unfinished_with_checkpoint)
     # The runs (and their TFF worker_binary) went down with the sweep.
     self.assertNotEmpty(self.killed_groups)
     for pgid in self.killed_groups:
       self.assertEqual(_processes_in_group(pgid), [], pgid)
-    self.assertIn(f'{len(self.finished_at_kill)} of 4 runs already finished', self.rerun_output)
+    self.assertIn(f'{len(self.finished_at_kill)} of 8 runs already finished', self.rerun_output)
     for run in self.finished_at_kill:  # not run again
       self.assertEqual(
           os.stat(os.path.join(self.killed, run, plan.FINISHED_FILE)).st_mtime_ns,
@@ -226,7 +226,7 @@ class SweepGridTest(absltest.TestCase):
       self.assertIn('Resuming from checkpoint round', second_start, run)
     runs = _final_runs(self.full)
     self.assertEqual(runs, _final_runs(self.killed))
-    self.assertLen(runs, 4)
+    self.assertLen(runs, 8)
     for run in runs:
       full, killed = os.path.join(self.full, run), os.path.join(self.killed, run)
       _assert_rows_close(self, _metrics(full), _metrics(killed), run)
