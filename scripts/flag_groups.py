@@ -154,7 +154,9 @@ DETERMINISTIC = flags.DEFINE_bool(
     "TensorFlow op determinism in this process and TFF's worker "
     '(TF_DETERMINISTIC_OPS=1): the same flags and --seed give bit-identical '
     'weights and metrics in any process, also across a kill and resume. '
-    'Measured cost: SPEED_COST_TBD. --nodeterministic keeps TensorFlow\'s default.')
+    'Measured cost: within noise (CPU s per FedAvg round of emnist_cnn, 10 '
+    'clients: 1.20-1.33 with vs 1.24-1.28 without, oneDNN on; 1.78-2.02 vs '
+    '1.85-2.00, oneDNN off). --nodeterministic keeps TensorFlow\'s default.')
 
 
 def check_positive(flag_holder) -> None:

@@ -241,8 +241,13 @@ def create_preprocess_fn(spec: tff.simulation.baselines.ClientSpec, *, crop_size
   def image_map(example):
     image = tf.cast(example['image'], tf.float32)
     if distort:
-      image = tf.image.random_crop(image, size=crop_shape)
-      image = tf.image.random_flip_left_right(image)
+      # Op seeds of their own: the per-client randomness comes from the
+      # global seed, which the training loop sets from (seed, round, client)
+      # before it preprocesses a client's data; op determinism (--deterministic)
+      # refuses a random op that has neither seed, e.g. when TFF traces this
+      # map once to find the element type.
+      image = tf.image.random_crop(image, size=crop_shape, seed=1)
+      image = tf.image.random_flip_left_right(image, seed=2)
     else:
       image = tf.image.resize_with_crop_or_pad(image, crop_size, crop_size)
     return (image - mean) / std, example['label']

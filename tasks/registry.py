@@ -29,6 +29,30 @@ class TaskError(ValueError):
   """A task cannot be built as asked; the message names the flag to change."""
 
 
+def seed_graph_if_unseeded() -> None:
+  """Gives the current graph a seed (0) when it has none (not in eager mode).
+
+  Random ops of a model (dropout, Keras initializers) take their op seeds from
+  the graph seed. TFF traces models in graphs of its own, and the package
+  builds throwaway models in fresh `tf.Graph`s to read their layers; those
+  graphs have no seed, and op determinism (scripts' --deterministic) refuses
+  unseeded random ops.
+  """
+  if not tf.executing_eagerly() and tf.compat.v1.get_default_graph().seed is None:
+    tf.compat.v1.set_random_seed(0)
+
+
+class GraphSeeded:
+  """A `keras_model_fn` that seeds an unseeded graph first (picklable)."""
+
+  def __init__(self, keras_model_fn: Callable[[], tf.keras.Model]):
+    self.keras_model_fn = keras_model_fn
+
+  def __call__(self) -> tf.keras.Model:
+    seed_graph_if_unseeded()
+    return self.keras_model_fn()
+
+
 @dataclasses.dataclass(frozen=True)
 class Task:
   """A federated task: TFF baseline task plus the Keras model behind it.
@@ -65,6 +89,10 @@ class Task:
   oov_token: Optional[int] = None
   eval_split: str = 'test'
   dirichlet_split: bool = False
+
+  def __post_init__(self):
+    if not isinstance(self.keras_model_fn, GraphSeeded):
+      object.__setattr__(self, 'keras_model_fn', GraphSeeded(self.keras_model_fn))
 
   @property
   def train_data(self) -> tff.simulation.datasets.ClientData:
@@ -358,11 +386,7 @@ def make_baseline_task(
   input_spec = datasets.element_type_structure
 
   def model_fn() -> tff.learning.models.VariableModel:
-    # Random ops of the model (dropout) take their op seeds from the graph
-    # seed. TFF traces model_fn in graphs of its own that have none, and op
-    # determinism (scripts' --deterministic) refuses unseeded random ops.
-    if not tf.executing_eagerly() and tf.compat.v1.get_default_graph().seed is None:
-      tf.compat.v1.set_random_seed(0)
+    seed_graph_if_unseeded()
     return tff.learning.models.from_keras_model(
         keras_model=keras_model_fn(),
         loss=loss_fn(),

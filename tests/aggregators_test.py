@@ -81,11 +81,16 @@ class AggregatorFlagsTest(tf.test.TestCase):
                            accounting.dp_fedavg_epsilon(1.0, 50, 10, 1000, 1e-3))
     choice = self._build(aggregator='dp_gaussian', noise_multiplier=1.0, clip_norm=0.1,
                          clients_per_round=100, dp_adaptive_clip=True,
-                         dp_sampling='without_replacement')
+                         dp_sampling='without_replacement', deterministic=False)
     self.assertAlmostEqual(
         choice.epsilon_fn(50),
         accounting.dp_fedavg_epsilon(1.0, 50, 100, 1000, 1e-3, 'without_replacement'))
     with self.assertRaisesRegex(flag_groups.FlagError, 'noise_multiplier.*clients_per_round'):
+      self._build(aggregator='dp_gaussian', noise_multiplier=1.0, dp_adaptive_clip=True,
+                  deterministic=False)
+    # TFF's adaptive clip draws unseeded noise: refused under op determinism.
+    with self.assertRaisesRegex(flag_groups.FlagError,
+                                '--dp_adaptive_clip needs --nodeterministic'):
       self._build(aggregator='dp_gaussian', noise_multiplier=1.0, dp_adaptive_clip=True)
 
   def test_noise_seed_is_secret_unless_given(self):

@@ -32,3 +32,9 @@ def _restore_op_determinism():
     if 'tensorflow' in sys.modules and saved != '1':
       from tensorflow.python.framework import config  # pylint: disable=g-import-not-at-top
       config.disable_op_determinism()
+      import tensorflow as tf  # pylint: disable=g-import-not-at-top
+      tf.random.set_seed(None)  # determinism.configure's global seed
+    # TFF's local worker read the variable when it started: a fresh one.
+    if 'tff_partial.runtime' in sys.modules:
+      from tff_partial.runtime import local  # pylint: disable=g-import-not-at-top
+      local.install()

@@ -57,14 +57,24 @@ class KilledAndRestartedRunsTest(unittest.TestCase):
     _, err = process.communicate(timeout=_TIMEOUT_S)
     self.assertEqual(process.returncode, 0, err.decode()[-3000:])
 
-  def _kill_when(self, process, condition):
+  def _kill_each_when(self, *pending):
+    """SIGKILLs each (process, condition) as soon as its condition holds.
+
+    All are watched at once: a run waiting its turn could finish unseen.
+    """
+    pending = list(pending)
     deadline = time.monotonic() + _TIMEOUT_S
-    while not condition():
-      self.assertIsNone(process.poll(), 'the run ended before the kill point')
+    while pending:
+      for item in list(pending):
+        process, condition = item
+        if condition():
+          os.killpg(process.pid, signal.SIGKILL)
+          process.communicate()
+          pending.remove(item)
+        else:
+          self.assertIsNone(process.poll(), 'the run ended before the kill point')
       self.assertLess(time.monotonic(), deadline)
       time.sleep(0.05)
-    os.killpg(process.pid, signal.SIGKILL)
-    process.communicate()
 
   def _dir(self, name):
     return os.path.join(self.root, name)
@@ -80,9 +90,9 @@ class KilledAndRestartedRunsTest(unittest.TestCase):
     full = self._start('full')
     after_checkpoint = self._start('after_checkpoint')
     mid_round = self._start('mid_round')
-    self._kill_when(after_checkpoint, lambda: os.path.isdir(
-        os.path.join(self._dir('after_checkpoint'), 'checkpoints', 'program_state_2')))
-    self._kill_when(mid_round, lambda: self._has_metrics_of_round('mid_round', 3))
+    self._kill_each_when((after_checkpoint, lambda: os.path.isdir(
+        os.path.join(self._dir('after_checkpoint'), 'checkpoints', 'program_state_2'))),
+        (mid_round, lambda: self._has_metrics_of_round('mid_round', 3)))
     for name in ('after_checkpoint', 'mid_round'):
       self.assertFalse(os.path.exists(os.path.join(self._dir(name), 'final_eval.json')))
     restarted = [self._start('after_checkpoint'), self._start('mid_round')]

@@ -136,11 +136,7 @@ class VariableTypesTest(tf.test.TestCase):
       self.skipTest('tasks/stackoverflow.py is not on this branch yet')
     from scripts.methods import pvt  # pylint: disable=g-import-not-at-top
     pvt._register_task_layers()  # pylint: disable=protected-access
-    model = stackoverflow.create_transformer(
-        vocab_size=10, num_layers=1, embed_dim=8, num_heads=2, ffn_dim=16, dropout=0.0)
-    described = [(layer_attr, t) for _, layer_attr, t, _ in vt.describe(model)]
-    self.assertEqual(described, [
-        ('Embedding.embeddings', M.value),
+    body = [
         ('PositionEmbedding.embeddings', A.value),
         ('EinsumDense.kernel', M.value), ('EinsumDense.bias', A.value),
         ('EinsumDense.kernel', M.value), ('EinsumDense.bias', A.value),
@@ -150,8 +146,19 @@ class VariableTypesTest(tf.test.TestCase):
         ('Dense.kernel', M.value), ('Dense.bias', A.value),
         ('Dense.kernel', M.value), ('Dense.bias', A.value),
         ('LayerNormalization.gamma', V.value), ('LayerNormalization.beta', A.value),
-        ('Dense.kernel', M.value), ('Dense.bias', A.value),
-    ])
+    ]
+    # Tied (the default, the paper's model): the output reuses the embedding
+    # matrix and adds its own bias; untied: a separate output Dense.
+    for tie, head, tail in (
+        (True, [('TiedEmbedding.embeddings', M.value), ('TiedEmbedding.output_bias', A.value)],
+         []),
+        (False, [('Embedding.embeddings', M.value)],
+         [('Dense.kernel', M.value), ('Dense.bias', A.value)])):
+      model = stackoverflow.create_transformer(
+          vocab_size=10, num_layers=1, embed_dim=8, num_heads=2, ffn_dim=16, dropout=0.0,
+          tie_embeddings=tie)
+      described = [(layer_attr, t) for _, layer_attr, t, _ in vt.describe(model)]
+      self.assertEqual(described, head + body + tail, f'tie_embeddings={tie}')
 
   def test_register_layer_roles(self):
     inputs = tf.keras.Input((3,))

@@ -148,6 +148,10 @@ def validate_flags(algorithm: str) -> None:
     raise flag_groups.FlagError(
         '--dp_noise_seed cannot be used with --dp_adaptive_clip: TFF\'s adaptive '
         'clip draws its clipped-count noise from an unseeded source')
+  if DP_ADAPTIVE_CLIP.value and flag_groups.DETERMINISTIC.value:
+    raise flag_groups.FlagError(
+        '--dp_adaptive_clip needs --nodeterministic: TFF\'s adaptive clip draws '
+        'its noise from unseeded random ops, which op determinism refuses')
   if NOISE_MULTIPLIER.value is None or NOISE_MULTIPLIER.value < 0:
     raise flag_groups.FlagError(
         f'--noise_multiplier={NOISE_MULTIPLIER.value} must be >= 0')

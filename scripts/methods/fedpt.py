@@ -43,7 +43,7 @@ _FROZEN_ORDER = flags.DEFINE_enum(
     'normalization layers included: the backward pass stops at its end).')
 
 FLAG_NAMES = ('frozen_layers', 'frozen_regex', 'frozen_target_trainable_fraction',
-              'frozen_order', 'frozen_initializer')
+              'frozen_initializer', 'frozen_order')
 
 
 def validate_flags() -> None:

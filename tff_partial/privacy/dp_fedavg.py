@@ -16,14 +16,19 @@ the clipped sum plus noise) and, divided by the fixed denominator
 with `result = (sum_i clip(v_i) + N(0, (clip * noise_multiplier)^2 I)) / clients_per_round`
 (the sum factory: without the division).
 
-Noise seed: by default tensorflow_privacy's `GaussianSumQuery` draws its noise
-from TensorFlow's unseeded random op (seeded by the operating system: secret,
-and different in every run). `noise_seed` (simulations only) swaps in
-`SeededGaussianSumQuery`, whose noise is a function of that public seed and the
-round, so runs repeat exactly and give no privacy.
+Noise seed: the fixed-clip mechanism draws its noise with
+`SeededGaussianSumQuery` from a seed in the server state. By default that seed
+is secret: drawn from the operating system's entropy (`secrets`) when the
+factory is built, different in every run, like DP-FTRL's (tensorflow_privacy's
+own `GaussianSumQuery` uses an unseeded random op, which TensorFlow's op
+determinism, `--deterministic`, refuses). `noise_seed` (simulations only) makes
+the seed public, so runs repeat exactly and give no privacy. The adaptive clip
+(TFF's `QuantileAdaptiveClipSumQuery`) draws unseeded noise, so it runs only
+without op determinism (`--nodeterministic`).
 """
 
 import collections
+import secrets
 from typing import Optional
 
 import dp_accounting
@@ -86,8 +91,8 @@ class GaussianSumFactory(dp_mean.DPSumFactory):
       spends on the noisy clipped count.
     expected_clients: clients per round (the adaptive clip's count noise).
     target_unclipped_quantile: in [0, 1], only with `adaptive_clip`.
-    noise_seed: None (default): secret noise. An int: a public seed
-      (`SeededGaussianSumQuery`; no privacy); not with `adaptive_clip`.
+    noise_seed: None (default): secret noise (a seed from `secrets`). An
+      int: a public seed (no privacy); not with `adaptive_clip`.
   """
 
   def __init__(self, noise_multiplier: float, clip_norm: float, *,
@@ -106,7 +111,7 @@ class GaussianSumFactory(dp_mean.DPSumFactory):
     self._expected_clients = float(expected_clients)
     self._quantile = float(target_unclipped_quantile)
     self.noise_seed_is_public = noise_seed is not None
-    self._noise_seed = noise_seed
+    self._noise_seed = noise_seed if noise_seed is not None else secrets.randbits(62)
 
   def query(self, specs) -> tfp.DPQuery:
     del specs  # the Gaussian queries take any structure
@@ -122,10 +127,9 @@ class GaussianSumFactory(dp_mean.DPSumFactory):
           clipped_count_stddev=count_stddev,
           expected_num_records=self._expected_clients,
           geometric_update=True)
-    if self._noise_seed is not None:
-      return SeededGaussianSumQuery(self._clip, self._clip * self._z, self._noise_seed)
-    # What gaussian_fixed builds inside its NormalizedQuery.
-    return tfp.GaussianSumQuery(l2_norm_clip=self._clip, stddev=self._clip * self._z)
+    # gaussian_fixed's query (tfp.GaussianSumQuery inside its NormalizedQuery)
+    # with seeded noise.
+    return SeededGaussianSumQuery(self._clip, self._clip * self._z, self._noise_seed)
 
 
 def build_dp_gaussian_factory(

@@ -101,10 +101,18 @@ class LocalContext(sync_execution_context.SyncExecutionContext):
 
 
 def install(max_concurrent_computation_calls: int = -1) -> LocalContext:
-  """Sets a new `LocalContext` as TFF's default context and returns it."""
+  """Sets a new `LocalContext` as TFF's default context and returns it.
+
+  The worker of a `LocalContext` it replaces is stopped. The new one starts
+  its worker at first use, with the environment of then (e.g.
+  `TF_DETERMINISTIC_OPS`, which the worker reads once).
+  """
+  previous = context_stack_impl.context_stack.current
   context = LocalContext(
       max_concurrent_computation_calls=max_concurrent_computation_calls)
   tff.framework.set_default_context(context)
+  if isinstance(previous, LocalContext) and previous.worker is not None:
+    previous.worker.stop()
   return context
 
 

@@ -21,6 +21,7 @@ the training loop (`tff_partial.training.loop.seeded_shuffle`).
 import os
 
 import tensorflow as tf
+from tensorflow.python.eager import context  # pylint: disable=g-direct-tensorflow-import
 
 ENV_VAR = 'TF_DETERMINISTIC_OPS'
 
@@ -34,4 +35,10 @@ def configure(deterministic: bool) -> None:
   if deterministic:
     os.environ[ENV_VAR] = '1'
     tf.config.experimental.enable_op_determinism()
+    # Op determinism refuses random ops with neither a global nor an op seed,
+    # e.g. the Keras initializers and Dropout of a model built only to read
+    # its layers. A fixed global seed where none is set; what training
+    # computes is seeded by the loop from --seed.
+    if context.global_seed() is None:
+      tf.random.set_seed(0)
 
