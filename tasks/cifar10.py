@@ -334,6 +334,7 @@ def create_cifar10_task(*, train_client_spec, eval_client_spec, data_source, dat
       metrics_fn=_metrics,
       data_source=source,
       dirichlet_split=True,
+      random_preprocessing=True,
       data_description=(
           f'CIFAR-10 from {source}: {num_clients} train clients x '
           f'{examples_per_client} examples'

@@ -73,6 +73,9 @@ class Task:
     eval_split: what `centralized_eval_dataset` (the training loop's
       evaluation) reads: `test` (the test clients) or `validation` (examples
       held out of the training clients by `with_validation_split`).
+    random_preprocessing: the training preprocessing draws random numbers
+      (CIFAR-10's crops and flips): the training loop then sets the global
+      seed from (seed, round, client) before it preprocesses a client.
     dirichlet_split: the clients are a Dirichlet label split of a centralized
       dataset, with no test data of their own (CIFAR-10): `scripts.adapt`
       then judges participants by class-ratio accuracy on the global test set
@@ -89,6 +92,7 @@ class Task:
   oov_token: Optional[int] = None
   eval_split: str = 'test'
   dirichlet_split: bool = False
+  random_preprocessing: bool = False
 
   def __post_init__(self):
     if not isinstance(self.keras_model_fn, GraphSeeded):
