@@ -17,11 +17,12 @@ configuration that names any of them runs its rounds in that context
 (`rounds` installs it around each round).
 """
 
-import os
 from typing import Optional
 
 import numpy as np
 import tensorflow_federated as tff
+
+from tff_partial.measure import memory
 
 KEYS = ('worker_max_concurrent_calls', 'worker_intra_op_threads',
         'worker_inter_op_threads')
@@ -57,18 +58,10 @@ def local_context(worker_max_concurrent_calls: int = -1,
   env = {_ENV[k]: str(v) for k, v in (
       ('worker_intra_op_threads', worker_intra_op_threads),
       ('worker_inter_op_threads', worker_inter_op_threads)) if v is not None}
-  saved = {k: os.environ.get(k) for k in env}
-  os.environ.update(env)
-  try:
+  with memory.temporary_environ(env):
     # TFF starts the worker on the first call; it inherits this environment.
     with tff.framework.get_context_stack().install(context):
       _noop(0)
-  finally:
-    for k, v in saved.items():
-      if v is None:
-        os.environ.pop(k, None)
-      else:
-        os.environ[k] = v
   return context
 
 

@@ -281,11 +281,15 @@ def _child(result_queue, keras_model_fn, loss_fn, input_shape, input_dtype,
 
 
 @contextlib.contextmanager
-def _child_environment():
-  """os.environ as the spawned subprocess must inherit it (restored after)."""
+def temporary_environ(env: dict):
+  """`os.environ` updated with `env` inside the block, restored after.
+
+  For a subprocess that must inherit the variables (this module's child, a
+  TFF worker); serialized by a lock, since os.environ is process-wide.
+  """
   with _ENV_LOCK:
-    saved = {k: os.environ.get(k) for k in CHILD_ENV}
-    os.environ.update(CHILD_ENV)
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
     try:
       yield
     finally:
@@ -294,6 +298,11 @@ def _child_environment():
           os.environ.pop(k, None)
         else:
           os.environ[k] = v
+
+
+def _child_environment():
+  """os.environ as the spawned subprocess must inherit it (restored after)."""
+  return temporary_environ(CHILD_ENV)
 
 
 def measure_step_peak(
