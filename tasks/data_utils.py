@@ -1,5 +1,6 @@
 """Small data helpers shared by the task modules (local archives, in-memory clients)."""
 
+import errno
 import hashlib
 import os
 import tarfile
@@ -65,9 +66,12 @@ def unpack_if_archive(path: str, cache_dir: Optional[str], *, flag: str,
         with tarfile.open(path) as tar:
           tar.extractall(tmp, filter='data')
         os.rename(tmp, root)
-      except FileExistsError:
-        pass  # another process won the race
-      except (OSError, tarfile.TarError) as e:
+      except OSError as e:
+        # Another process won the race: renaming onto its (non-empty)
+        # directory fails with EEXIST or ENOTEMPTY; use its copy.
+        if not (e.errno in (errno.EEXIST, errno.ENOTEMPTY) and os.path.isdir(root)):
+          raise registry.TaskError(f'{flag}={path!r} could not be unpacked: {e}') from e
+      except tarfile.TarError as e:
         raise registry.TaskError(f'{flag}={path!r} could not be unpacked: {e}') from e
       finally:
         if os.path.isdir(tmp):

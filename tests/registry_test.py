@@ -1,12 +1,16 @@
 """Tests of tasks/registry.py and the EMNIST task family (no data loaded)."""
 
+import io
 import os
 import subprocess
 import sys
+import tarfile
+from unittest import mock
 
 from absl.testing import absltest
 import tensorflow_federated as tff
 
+from tasks import data_utils
 from tasks import emnist
 from tasks import registry
 
@@ -88,6 +92,61 @@ class EmnistModelsTest(absltest.TestCase):
                              'flatten', 'dense1', 'dense2'])
     self.assertEqual([layer.name for layer in emnist.create_2nn().layers],
                      ['flatten', 'dense1', 'dense2', 'dense3'])
+
+
+class UnpackArchiveTest(absltest.TestCase):
+  """tasks.data_utils.unpack_if_archive: one shared cache, several processes."""
+
+  def _archive(self, directory):
+    path = os.path.join(directory, 'sample.tar.gz')
+    with tarfile.open(path, 'w:gz') as tar:
+      data = b'hello'
+      info = tarfile.TarInfo('sample/a.txt')
+      info.size = len(data)
+      tar.addfile(info, io.BytesIO(data))
+    return path
+
+  def test_unpacks_once_into_the_cache(self):
+    tmp = self.create_tempdir().full_path
+    root = data_utils.unpack_if_archive(
+        self._archive(tmp), os.path.join(tmp, 'cache'), flag='--data_dir',
+        must_contain=('a.txt',))
+    with open(os.path.join(root, 'a.txt')) as f:
+      self.assertEqual(f.read(), 'hello')
+    self.assertEqual(os.listdir(os.path.join(tmp, 'cache')),
+                     [os.path.basename(os.path.dirname(root))])
+
+  def test_losing_the_race_to_another_process_uses_its_copy(self):
+    # Another process renames its unpacked copy into place between this
+    # process's check and its own rename: Linux's rename(2) then fails with
+    # ENOTEMPTY (a sweep's parallel runs hit this), which is not an error.
+    tmp = self.create_tempdir().full_path
+    cache = os.path.join(tmp, 'cache')
+    real_rename = os.rename
+
+    def rename_after_the_winner(src, dst):
+      os.makedirs(os.path.join(dst, 'sample'))
+      with open(os.path.join(dst, 'sample', 'a.txt'), 'w') as f:
+        f.write('winner')
+      real_rename(src, dst)
+
+    with mock.patch.object(data_utils.os, 'rename', rename_after_the_winner):
+      root = data_utils.unpack_if_archive(
+          self._archive(tmp), cache, flag='--data_dir', must_contain=('a.txt',))
+    with open(os.path.join(root, 'a.txt')) as f:
+      self.assertEqual(f.read(), 'winner')
+    # This process's temporary copy is removed.
+    self.assertLen(os.listdir(cache), 1)
+
+  def test_other_unpack_errors_name_the_flag(self):
+    tmp = self.create_tempdir().full_path
+    path = os.path.join(tmp, 'broken.tar.gz')
+    with open(path, 'wb') as f:
+      f.write(b'not a tar file')
+    with self.assertRaises(registry.TaskError) as cm:
+      data_utils.unpack_if_archive(path, os.path.join(tmp, 'cache'), flag='--data_dir')
+    self.assertIn("--data_dir='", str(cm.exception))
+    self.assertIn('could not be unpacked', str(cm.exception))
 
 
 if __name__ == '__main__':
