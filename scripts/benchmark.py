@@ -187,6 +187,11 @@ def build_candidates(configs, task, ctx, seed) -> tuple[list, dict]:
     if settings and runtime_flags.WORKERS.value:
       raise flag_groups.FlagError(
           f'{config.name}: {", ".join(settings)} set a local worker; not with --workers')
+    if (config.algorithm == configs_lib.TFF_FEDAVG and not settings
+        and not runtime_flags.WORKERS.value):
+      # TFF as a user runs it: on TFF's default worker settings, whatever
+      # --local_client_parallelism gives this package's configurations.
+      settings = {'worker_max_concurrent_calls': -1}
     try:
       built = build_config(dataclasses.replace(config, overrides=flag_overrides), ctx)
     except Skip as e:
@@ -295,7 +300,10 @@ def run(output_dir):
       'client_loop': f'--client_loop={flag_groups.CLIENT_LOOP.value} -> '
                      f'{flag_groups.client_loop_name(task_name)}',
       'runtime': ('workers ' + ','.join(runtime_flags.WORKERS.value)
-                  if runtime_flags.WORKERS.value else 'TFF local C++ runtime'),
+                  if runtime_flags.WORKERS.value else
+                  'TFF local C++ runtime; --local_client_parallelism='
+                  + runtime_flags.describe_local_parallelism()
+                  + ' (tff_fedavg* on TFF\'s default worker)'),
       'method_note': report_lib.METHOD_NOTE,
   }
   if scaling_mode:

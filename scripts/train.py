@@ -92,6 +92,10 @@ def run_flags(attribute: str = 'value') -> dict:
   # What --client_loop=auto chose (the same steps either way; recorded, not
   # compared on resume).
   values['client_loop_resolved'] = flag_groups.client_loop_name()
+  if attribute == 'value' and not runtime_flags.WORKERS.value:
+    # What --local_client_parallelism chose on this machine (speed only).
+    values['local_client_parallelism_resolved'] = (
+        runtime_flags.describe_local_parallelism())
   return dict(sorted(values.items()))
 
 

@@ -151,6 +151,44 @@ class LocalRuntimeTest(absltest.TestCase):
     for a, b in zip(theirs, ours):
       np.testing.assert_array_equal(a, b)  # same executors: bit for bit
 
+  def test_client_parallelism_splits_the_cores_among_clients(self):
+    cp = local.client_parallelism
+    self.assertEqual(cp('tff', 10, cores=2), (-1, None))  # TFF's worker
+    self.assertEqual(cp('auto', 10, cores=2), (2, 1))
+    self.assertEqual(cp('auto', 3, cores=16), (3, 5))
+    self.assertEqual(cp('auto', 1, cores=2), (1, 2))
+    self.assertEqual(cp('auto', None, cores=4), (4, 1))
+    self.assertEqual(cp('1', 10, cores=2), (1, 2))
+    self.assertEqual(cp('4', 10, cores=2), (4, 1))
+    for bad in ('0', '-2', 'many'):
+      with self.assertRaisesRegex(ValueError, 'valid values: auto, tff or a positive integer'):
+        cp(bad, 10, cores=2)
+    with flagsaver.flagsaver(local_client_parallelism='lots'):
+      with self.assertRaisesRegex(flag_groups.FlagError,
+                                  "--local_client_parallelism='lots'"):
+        runtime_flags.configure_from_flags()
+
+  def test_auto_parallelism_gives_the_worker_its_threads_and_calls(self):
+    with flagsaver.flagsaver(local_client_parallelism='auto', clients_per_round=10,
+                             workers=[]):
+      runtime_flags.configure_from_flags()
+    context = tff.framework.get_context_stack().current
+    self.assertIsInstance(context, local.LocalContext)
+    self.assertEqual(_federated_sum([1.0, 2.0]), 3.0)  # starts the worker
+    at_once, threads = local.client_parallelism('auto', 10)
+    process = psutil.Process(context.worker.process.pid)
+    self.assertEqual(process.environ().get('TF_NUM_INTRAOP_THREADS'), str(threads))
+    self.assertIn(f'--max_concurrent_computation_calls={at_once}', process.cmdline())
+    # TFF's default: no thread setting of ours, every client at once.
+    with flagsaver.flagsaver(local_client_parallelism='tff', workers=[]):
+      runtime_flags.configure_from_flags()
+    context = tff.framework.get_context_stack().current
+    self.assertEqual(_federated_sum([1.0, 2.0]), 3.0)
+    process = psutil.Process(context.worker.process.pid)
+    self.assertEqual(process.environ().get('TF_NUM_INTRAOP_THREADS'),
+                     os.environ.get('TF_NUM_INTRAOP_THREADS'))
+    self.assertIn('--max_concurrent_computation_calls=-1', process.cmdline())
+
   def test_import_replaces_tffs_context_only(self):
     tff.backends.native.set_sync_local_cpp_execution_context()
     self.assertTrue(local.install_if_tff_default())

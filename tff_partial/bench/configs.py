@@ -37,8 +37,9 @@ PRESETS = collections.OrderedDict(
         Config('fedpt_convs', 'fedpt', {'frozen_regex': '.*conv.*'}),
         # ... or the largest layers until 10% stays trainable ...
         Config('fedpt_most', 'fedpt', {'frozen_target_trainable_fraction': 0.1}),
-        # ... or, until 10% stays trainable, layers in the model's order (the
-        # paper's "increasing order": a frozen prefix needs no backward pass).
+        # ... or, until 10% stays trainable, layers in the model's order (a
+        # frozen prefix needs no backward pass; the paper's CIFAR-10 ladder
+        # freezes largest first, tff_partial/frozen/selection.py).
         Config('fedpt_prefix', 'fedpt', {'frozen_target_trainable_fraction': 0.1,
                                          'frozen_order': 'input_first'}),
         Config('pvt_fixed_0.5', 'pvt', {'pvt_scheme': 'fixed', 'pvt_freeze_fraction': 0.5}),

@@ -23,6 +23,7 @@ import numpy as np
 import tensorflow_federated as tff
 
 from tff_partial.measure import memory
+from tff_partial.runtime import local
 
 KEYS = ('worker_max_concurrent_calls', 'worker_intra_op_threads',
         'worker_inter_op_threads')
@@ -53,11 +54,15 @@ def local_context(worker_max_concurrent_calls: int = -1,
                   worker_intra_op_threads: Optional[int] = None,
                   worker_inter_op_threads: Optional[int] = None):
   """A synchronous TFF context on a new local worker with these settings."""
-  context = tff.backends.native.create_sync_local_cpp_execution_context(
-      max_concurrent_computation_calls=worker_max_concurrent_calls)
-  env = {_ENV[k]: str(v) for k, v in (
-      ('worker_intra_op_threads', worker_intra_op_threads),
-      ('worker_inter_op_threads', worker_inter_op_threads)) if v is not None}
+  # This package's local context (tff_partial.runtime.local): TFF's own one
+  # stops its worker at exit by SIGINT and waits, and a worker_binary that
+  # ignores it hangs the benchmark at exit (seen with several workers).
+  context = local.LocalContext(
+      max_concurrent_computation_calls=worker_max_concurrent_calls,
+      intra_op_threads=worker_intra_op_threads)
+  env = {}
+  if worker_inter_op_threads is not None:
+    env[_ENV['worker_inter_op_threads']] = str(worker_inter_op_threads)
   with memory.temporary_environ(env):
     # TFF starts the worker on the first call; it inherits this environment.
     with tff.framework.get_context_stack().install(context):

@@ -230,7 +230,8 @@ def configure(workers: Optional[Sequence[str]],
               rpc_timeout_s: float = DEFAULT_RPC_TIMEOUT_S,
               ready_timeout_s: float = 60.0,
               allow_remote: bool = False,
-              max_clients_per_subround: Optional[int] = None) -> None:
+              max_clients_per_subround: Optional[int] = None,
+              local_parallelism: tuple[int, Optional[int]] = (-1, None)) -> None:
   """Sets TFF's default context: several workers, or the local C++ runtime.
 
   Args:
@@ -243,6 +244,8 @@ def configure(workers: Optional[Sequence[str]],
     allow_remote: accept hosts that are not loopback (`workers.REMOTE_RISK`).
     max_clients_per_subround: bound on the clients a worker holds at once
       (`create_context`); None: one sub-round per worker.
+    local_parallelism: the local runtime's (clients trained at once,
+      intra-op threads) (`local.client_parallelism`); default TFF's.
 
   Raises:
     ValueError: an address is not host:port, is repeated, or is not loopback
@@ -252,7 +255,7 @@ def configure(workers: Optional[Sequence[str]],
   global _configured_workers
   stop_local_workers_at_exit()
   if not workers:
-    local.install()
+    local.install(*local_parallelism)
     _configured_workers = []
     return
   workers = list(workers)

@@ -24,7 +24,9 @@ leaves any other context the user set alone. `tff.backends.native.set_sync_local
 brings TFF's own back.
 """
 
+import os
 import threading
+from typing import Optional
 
 import grpc
 import tensorflow_federated as tff
@@ -43,12 +45,64 @@ from tff_partial.runtime import workers as workers_lib
 _TFF_LOCAL_STACK_FN = 'local_cpp_executor_factory.<locals>.stack_fn'
 
 
+# --local_client_parallelism: how the local worker shares this machine's
+# cores among the clients of a round.
+AUTO = 'auto'
+TFF_DEFAULT = 'tff'
+
+
+def available_cores() -> int:
+  """CPU cores this process may run on."""
+  try:
+    return len(os.sched_getaffinity(0))
+  except AttributeError:  # not Linux
+    return os.cpu_count() or 1
+
+
+def client_parallelism(choice: str, clients_per_round: Optional[int] = None,
+                       cores: Optional[int] = None) -> tuple[int, Optional[int]]:
+  """(clients trained at once, TensorFlow intra-op threads) of the local worker.
+
+  Args:
+    choice: `tff`: TFF's default worker (every client of the round at once,
+      sharing one intra-op pool of one thread per core: (-1, None)); `auto`:
+      min(clients_per_round, cores) clients at once with cores // that
+      threads each (on 2 cores and 10 clients: 2 at once, 1 thread each);
+      a positive integer N: N clients at once, cores // N threads each.
+    clients_per_round: the round's cohort size (None: as many as cores).
+    cores: default `available_cores()`.
+
+  Written here: TFF's worker takes `--max_concurrent_computation_calls`, and
+  TensorFlow reads `TF_NUM_INTRAOP_THREADS`, but nothing picks them for a
+  cohort. `scripts.benchmark` measured `auto` against TFF's default on
+  emnist_cnn_gn with 10 clients on 2 cores (docs/benchmarks.md).
+
+  Raises:
+    ValueError: `choice` is none of these.
+  """
+  cores = cores or available_cores()
+  if choice == TFF_DEFAULT:
+    return -1, None
+  if choice == AUTO:
+    at_once = max(1, min(clients_per_round or cores, cores))
+  else:
+    try:
+      at_once = int(choice)
+    except ValueError:
+      at_once = 0
+    if at_once < 1:
+      raise ValueError(f'--local_client_parallelism={choice!r}; valid values: '
+                       f'{AUTO}, {TFF_DEFAULT} or a positive integer')
+  return at_once, max(1, cores // at_once)
+
+
 class _LocalService:
   """The local runtime's one worker: started on first use, restarted if dead."""
 
   def __init__(self, max_concurrent_computation_calls: int,
-               ready_timeout_s: float):
+               ready_timeout_s: float, intra_op_threads: Optional[int] = None):
     self._max_calls = max_concurrent_computation_calls
+    self._intra_op_threads = intra_op_threads
     self._ready_timeout_s = ready_timeout_s
     self._lock = threading.Lock()
     self.worker = None
@@ -61,7 +115,8 @@ class _LocalService:
       if self.worker is not None:
         self.worker.stop()
       worker = workers_lib.start_worker(
-          max_concurrent_computation_calls=self._max_calls)
+          max_concurrent_computation_calls=self._max_calls,
+          intra_op_threads=self._intra_op_threads)
       worker.wait_ready(self._ready_timeout_s)
       self.worker = worker
       self._stub = remote_executor_grpc_stub.RemoteExecutorGrpcStub(
@@ -73,13 +128,18 @@ class LocalContext(sync_execution_context.SyncExecutionContext):
   """TFF's synchronous local C++ context on a worker of `workers.start_worker`.
 
   `.worker` is the running `workers.LocalWorker` (None before first use).
+  `max_concurrent_computation_calls` (-1: no limit) and `intra_op_threads`
+  (None: TensorFlow's default) are the worker's (`client_parallelism`).
   """
 
   def __init__(self, default_num_clients: int = 0,
                max_concurrent_computation_calls: int = -1,
-               ready_timeout_s: float = 60.0):
+               ready_timeout_s: float = 60.0,
+               intra_op_threads: Optional[int] = None):
     self._service = _LocalService(max_concurrent_computation_calls,
-                                  ready_timeout_s)
+                                  ready_timeout_s, intra_op_threads)
+    self.max_concurrent_computation_calls = max_concurrent_computation_calls
+    self.intra_op_threads = intra_op_threads
 
     def stack_fn(cardinalities):
       if cardinalities.get(tff.CLIENTS) is None:
@@ -100,7 +160,8 @@ class LocalContext(sync_execution_context.SyncExecutionContext):
     return self._service.worker
 
 
-def install(max_concurrent_computation_calls: int = -1) -> LocalContext:
+def install(max_concurrent_computation_calls: int = -1,
+            intra_op_threads: Optional[int] = None) -> LocalContext:
   """Sets a new `LocalContext` as TFF's default context and returns it.
 
   The worker of a `LocalContext` it replaces is stopped. The new one starts
@@ -109,7 +170,8 @@ def install(max_concurrent_computation_calls: int = -1) -> LocalContext:
   """
   previous = context_stack_impl.context_stack.current
   context = LocalContext(
-      max_concurrent_computation_calls=max_concurrent_computation_calls)
+      max_concurrent_computation_calls=max_concurrent_computation_calls,
+      intra_op_threads=intra_op_threads)
   tff.framework.set_default_context(context)
   if isinstance(previous, LocalContext) and previous.worker is not None:
     previous.worker.stop()

@@ -260,7 +260,8 @@ def start_worker(port: Optional[int] = None,
                  bind_host: str = LOOPBACK,
                  max_concurrent_computation_calls: int = -1,
                  log_path: Optional[str] = None,
-                 launcher: Sequence[str] = ()) -> LocalWorker:
+                 launcher: Sequence[str] = (),
+                 intra_op_threads: Optional[int] = None) -> LocalWorker:
   """Starts one `worker_binary` listening on `bind_host`:`port`.
 
   Args:
@@ -275,6 +276,8 @@ def start_worker(port: Optional[int] = None,
       never this process's stdout, so a pipe reading it is not held open).
     launcher: argv prefix, e.g. ('ip', 'netns', 'exec', 'ns1'); it must exec
       the worker in the same process (as `ip netns exec` does).
+    intra_op_threads: threads of TensorFlow's intra-op pool in the worker
+      (`TF_NUM_INTRAOP_THREADS`; default: TensorFlow's, one per core).
 
   Returns:
     The started worker; call `wait_ready` before use.
@@ -290,6 +293,8 @@ def start_worker(port: Optional[int] = None,
           f'--max_concurrent_computation_calls={max_concurrent_computation_calls}']
   env = dict(os.environ)
   env.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+  if intra_op_threads is not None:
+    env['TF_NUM_INTRAOP_THREADS'] = str(int(intra_op_threads))
   try:
     shim_env = bind_shim.worker_environment(
         None if bind_host in _ANY_HOSTS else bind_host, port, os.getpid())

@@ -42,7 +42,8 @@ _FINAL_EVAL_FILE = 'final_eval.json'
 RESUMABLE_FLAG_CHANGES = frozenset(
     {'total_rounds', 'rounds_per_eval', 'rounds_per_checkpoint', 'workers',
      'allow_remote_workers', 'worker_rpc_timeout_s', 'worker_max_clients_per_subround',
-     'deterministic', 'client_loop_resolved'})
+     'deterministic', 'client_loop_resolved', 'local_client_parallelism',
+     'local_client_parallelism_resolved'})
 
 
 class RunConfigMismatchError(ValueError):
