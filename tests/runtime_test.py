@@ -189,6 +189,29 @@ class LocalRuntimeTest(absltest.TestCase):
                      os.environ.get('TF_NUM_INTRAOP_THREADS'))
     self.assertIn('--max_concurrent_computation_calls=-1', process.cmdline())
 
+  def test_replacing_tffs_context_does_not_hang_when_sigint_is_ignored(self):
+    # A background job of a non-interactive shell (and a pytest-xdist worker)
+    # starts with SIGINT ignored; TFF's worker inherits that, and TFF stops it
+    # with SIGINT and waits. Replacing TFF's context must not hang there.
+    program = (
+        'import gc, signal\n'
+        'signal.signal(signal.SIGINT, signal.SIG_IGN)\n'
+        'import numpy as np\n'
+        'import tensorflow_federated as tff\n'
+        'tff.backends.native.set_sync_local_cpp_execution_context()\n'
+        '@tff.tensorflow.computation(np.int32)\n'
+        'def f(x):\n'
+        '  return x\n'
+        'assert f(1) == 1\n'
+        'from tff_partial.runtime import local\n'
+        'local.install()\n'
+        'gc.collect()\n'
+        'print("replaced")\n')
+    result = subprocess.run([sys.executable, '-c', program], cwd=_ROOT, timeout=300,
+                            capture_output=True, text=True, check=False)
+    self.assertEqual(result.returncode, 0, result.stderr[-2000:])
+    self.assertIn('replaced', result.stdout)
+
   def test_import_replaces_tffs_context_only(self):
     tff.backends.native.set_sync_local_cpp_execution_context()
     self.assertTrue(local.install_if_tff_default())

@@ -160,15 +160,39 @@ class LocalContext(sync_execution_context.SyncExecutionContext):
     return self._service.worker
 
 
+def _kill_tffs_worker(context) -> None:
+  """Kills the worker of TFF's own local context, if it started one.
+
+  TFF's `ServiceManager.__del__` (run when the context is dropped) stops its
+  worker with SIGINT and then waits for it. A worker that inherited SIGINT
+  ignored (started by a background job of a non-interactive shell, or under
+  pytest-xdist) never exits, and the wait hangs the program. Killed first,
+  the worker is gone and the wait returns at once. Written here: TFF keeps
+  the process in a closure of its executor stack function.
+  """
+  factory = getattr(context, 'executor_factory', None)
+  stack_fn = getattr(factory, '_executor_stack_fn', None)
+  for cell in getattr(stack_fn, '__closure__', None) or ():
+    try:
+      process = getattr(cell.cell_contents, '_process', None)
+    except ValueError:  # an empty cell
+      continue
+    if process is not None and process.poll() is None:
+      process.kill()  # reaped by TFF's own wait
+
+
 def install(max_concurrent_computation_calls: int = -1,
             intra_op_threads: Optional[int] = None) -> LocalContext:
   """Sets a new `LocalContext` as TFF's default context and returns it.
 
-  The worker of a `LocalContext` it replaces is stopped. The new one starts
-  its worker at first use, with the environment of then (e.g.
+  The worker of a `LocalContext` it replaces is stopped, and so is that of
+  TFF's own local context (`_kill_tffs_worker`). The new one starts its
+  worker at first use, with the environment of then (e.g.
   `TF_DETERMINISTIC_OPS`, which the worker reads once).
   """
   previous = context_stack_impl.context_stack.current
+  if _is_tff_local_default(previous):
+    _kill_tffs_worker(previous)
   context = LocalContext(
       max_concurrent_computation_calls=max_concurrent_computation_calls,
       intra_op_threads=intra_op_threads)
