@@ -50,10 +50,10 @@ WORKER_MAX_CLIENTS_PER_SUBROUND = flags.DEFINE_integer(
 LOCAL_CLIENT_PARALLELISM = flags.DEFINE_string(
     'local_client_parallelism', local.AUTO,
     'Without --workers: how the local TFF worker shares this machine\'s cores '
-    'among a round\'s clients. auto: min(--clients_per_round, cores) clients '
-    'at once, cores // that TensorFlow threads each (2 cores, 10 clients: 2 at '
-    'once, 1 thread each; docs/benchmarks.md measured it against TFF\'s '
-    'default); tff: TFF\'s default worker (every client at once, one shared '
+    'among a round\'s clients. auto: one client per core, one TensorFlow '
+    'thread each, when --clients_per_round is at least twice the cores (2 '
+    'cores, 10 clients: 2 at once), else TFF\'s default (docs/benchmarks.md '
+    'measured both); tff: TFF\'s default worker (every client at once, one shared '
     'pool of one thread per core); N: N clients at once, cores // N threads '
     'each. It changes speed only, not what is computed (up to float rounding '
     'of multi-threaded kernels).')

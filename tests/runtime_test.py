@@ -155,8 +155,10 @@ class LocalRuntimeTest(absltest.TestCase):
     cp = local.client_parallelism
     self.assertEqual(cp('tff', 10, cores=2), (-1, None))  # TFF's worker
     self.assertEqual(cp('auto', 10, cores=2), (2, 1))
-    self.assertEqual(cp('auto', 3, cores=16), (3, 5))
-    self.assertEqual(cp('auto', 1, cores=2), (1, 2))
+    self.assertEqual(cp('auto', 4, cores=2), (2, 1))
+    self.assertEqual(cp('auto', 3, cores=2), (-1, None))  # a core would idle
+    self.assertEqual(cp('auto', 3, cores=16), (-1, None))
+    self.assertEqual(cp('auto', 1, cores=2), (-1, None))
     self.assertEqual(cp('auto', None, cores=4), (4, 1))
     self.assertEqual(cp('1', 10, cores=2), (1, 2))
     self.assertEqual(cp('4', 10, cores=2), (4, 1))
@@ -169,16 +171,17 @@ class LocalRuntimeTest(absltest.TestCase):
         runtime_flags.configure_from_flags()
 
   def test_auto_parallelism_gives_the_worker_its_threads_and_calls(self):
-    with flagsaver.flagsaver(local_client_parallelism='auto', clients_per_round=10,
+    cohort = 2 * local.available_cores()  # auto: one client per core, 1 thread
+    with flagsaver.flagsaver(local_client_parallelism='auto', clients_per_round=cohort,
                              workers=[]):
       runtime_flags.configure_from_flags()
     context = tff.framework.get_context_stack().current
     self.assertIsInstance(context, local.LocalContext)
     self.assertEqual(_federated_sum([1.0, 2.0]), 3.0)  # starts the worker
-    at_once, threads = local.client_parallelism('auto', 10)
     process = psutil.Process(context.worker.process.pid)
-    self.assertEqual(process.environ().get('TF_NUM_INTRAOP_THREADS'), str(threads))
-    self.assertIn(f'--max_concurrent_computation_calls={at_once}', process.cmdline())
+    self.assertEqual(process.environ().get('TF_NUM_INTRAOP_THREADS'), '1')
+    self.assertIn(f'--max_concurrent_computation_calls={local.available_cores()}',
+                  process.cmdline())
     # TFF's default: no thread setting of ours, every client at once.
     with flagsaver.flagsaver(local_client_parallelism='tff', workers=[]):
       runtime_flags.configure_from_flags()
