@@ -119,7 +119,8 @@ class WorkerSettingsTest(tf.test.TestCase):
     before = {p.pid for p in psutil.Process().children(recursive=True)}
     env_before = dict(os.environ)
     context = worker_settings.local_context(
-        worker_max_concurrent_calls=2, worker_intra_op_threads=1)
+        worker_max_concurrent_calls=2, worker_intra_op_threads=1,
+        worker_inter_op_threads=1)
     self.assertIsNotNone(context)
     self.assertEqual(dict(os.environ), env_before)  # this process is unchanged
     new = [p for p in psutil.Process().children(recursive=True)
@@ -127,6 +128,7 @@ class WorkerSettingsTest(tf.test.TestCase):
     self.assertLen(new, 1)
     self.assertIn('--max_concurrent_computation_calls=2', new[0].cmdline())
     self.assertEqual(new[0].environ().get('TF_NUM_INTRAOP_THREADS'), '1')
+    self.assertEqual(new[0].environ().get('TF_NUM_INTEROP_THREADS'), '1')
     new[0].kill()
 
 

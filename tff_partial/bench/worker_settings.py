@@ -27,8 +27,7 @@ from tff_partial.runtime import local
 
 KEYS = ('worker_max_concurrent_calls', 'worker_intra_op_threads',
         'worker_inter_op_threads')
-_ENV = {'worker_intra_op_threads': 'TF_NUM_INTRAOP_THREADS',
-        'worker_inter_op_threads': 'TF_NUM_INTEROP_THREADS'}
+_INTER_OP_ENV = 'TF_NUM_INTEROP_THREADS'  # read by TensorFlow at worker start
 
 
 def split(overrides: dict) -> tuple[dict, dict]:
@@ -62,7 +61,7 @@ def local_context(worker_max_concurrent_calls: int = -1,
       intra_op_threads=worker_intra_op_threads)
   env = {}
   if worker_inter_op_threads is not None:
-    env[_ENV['worker_inter_op_threads']] = str(worker_inter_op_threads)
+    env[_INTER_OP_ENV] = str(worker_inter_op_threads)
   with memory.temporary_environ(env):
     # TFF starts the worker on the first call; it inherits this environment.
     with tff.framework.get_context_stack().install(context):

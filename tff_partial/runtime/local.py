@@ -143,8 +143,6 @@ class LocalContext(sync_execution_context.SyncExecutionContext):
                intra_op_threads: Optional[int] = None):
     self._service = _LocalService(max_concurrent_computation_calls,
                                   ready_timeout_s, intra_op_threads)
-    self.max_concurrent_computation_calls = max_concurrent_computation_calls
-    self.intra_op_threads = intra_op_threads
 
     def stack_fn(cardinalities):
       if cardinalities.get(tff.CLIENTS) is None:
@@ -175,9 +173,7 @@ def _kill_tffs_worker(context) -> None:
   the worker is gone and the wait returns at once. Written here: TFF keeps
   the process in a closure of its executor stack function.
   """
-  factory = getattr(context, 'executor_factory', None)
-  stack_fn = getattr(factory, '_executor_stack_fn', None)
-  for cell in getattr(stack_fn, '__closure__', None) or ():
+  for cell in getattr(_stack_fn(context), '__closure__', None) or ():
     try:
       process = getattr(cell.cell_contents, '_process', None)
     except ValueError:  # an empty cell
@@ -207,10 +203,14 @@ def install(max_concurrent_computation_calls: int = -1,
   return context
 
 
-def _is_tff_local_default(context) -> bool:
+def _stack_fn(context):
+  """The executor stack function of a TFF execution context (None if none)."""
   factory = getattr(context, 'executor_factory', None)
-  stack_fn = getattr(factory, '_executor_stack_fn', None)
-  return getattr(stack_fn, '__qualname__', None) == _TFF_LOCAL_STACK_FN
+  return getattr(factory, '_executor_stack_fn', None)
+
+
+def _is_tff_local_default(context) -> bool:
+  return getattr(_stack_fn(context), '__qualname__', None) == _TFF_LOCAL_STACK_FN
 
 
 def install_if_tff_default() -> bool:
