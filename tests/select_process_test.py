@@ -138,6 +138,31 @@ class FedAvgEquivalenceTest(tf.test.TestCase):
       self.assertAllEqual(a, b)
     self.assertEqual(loss_select, loss_gather)
 
+  def test_output_keys_missing_a_batch_drop_it_and_train_on_the_rest(self):
+    # Random output keys can miss every class of a batch: its examples are
+    # dropped and the empty batch must go too (oneDNN's conv rejects it).
+    model = models.cnn()
+    spec = slicing.make_select_spec(model, slicing.group_configs(model, ['out'], 2, 'random'))
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(6, 6, 6, 1)).astype(np.float32)
+    data = [tf.data.Dataset.from_tensor_slices((x, np.array(labels, np.int32))).batch(2)
+            for labels in ([0, 0, 2, 1, 1, 1], [0, 0, 0, 0, 0, 0])]
+    keys = collections.OrderedDict(out=np.array([1, 2], np.int32))
+    remapped = [list(slicing.client_dataset(spec, keys, d).as_numpy_iterator()) for d in data]
+    self.assertEqual([[y.tolist() for _, y in batches] for batches in remapped],
+                     [[[1, 0], [0, 0]], []])  # classes 1, 2 -> the client's 0, 1
+    self.assertAllEqual(remapped[0][0][0], x[2:4])
+    select = process_lib.build_federated_select_process(
+        models.cnn, _loss, _metrics, data[0].element_spec, spec, _sgd(0.1), _sgd(1.0))
+    init = _numpy(tff.learning.models.ModelWeights.from_model(models.randomize(models.cnn(), 2)))
+    state = select.set_model_weights(select.initialize(), init)
+    out = select.next(state, [process_lib.client_input(d, keys) for d in data])
+    self.assertEqual(out.metrics['client_work']['train']['num_examples'], 4)
+    new = select.get_model_weights(out.state).trainable
+    self.assertTrue(all(np.all(np.isfinite(v)) for v in new))
+    self.assertAllEqual(new[-1][0], init.trainable[-1][0])  # class 0: no keys
+    self.assertNotAllClose(new[-1][1:], init.trainable[-1][1:])
+
   def test_bad_implementation(self):
     with self.assertRaisesRegex(ValueError, 'select_implementation.*valid values: auto'):
       process_lib.resolve_implementation('gather', None)

@@ -227,11 +227,7 @@ def build_federated_select_process_and_traffic(
 
   @tff.tensorflow.computation(client_data_type)
   def client_dataset(client_data):
-    keys = client_data['keys']
-    # tf.data unpacks tuple elements into arguments; put them back together.
-    return client_data['data'].map(
-        lambda *batch: slicing.remap_batch(
-            spec, keys, batch if len(batch) > 1 else batch[0]))
+    return slicing.client_dataset(spec, client_data['keys'], client_data['data'])
 
   @tff.tensorflow.computation(sub_weights_type.trainable, keys_type)
   def make_upload(update, keys):

@@ -653,6 +653,36 @@ def remap_batch(spec: SelectSpec, keys_by_group, batch):
   return _like(batch, x, y)
 
 
+def drops_examples(spec: SelectSpec, element_spec) -> bool:
+  """Whether `remap_batch` drops examples (class ids of an output group, no OOV)."""
+  _, y = _xy(element_spec)
+  return any(group.output_role == 'classes' and group.oov_index is None
+             and not y.dtype.is_floating and y.shape.rank == 1
+             for group in spec.groups)
+
+
+def client_dataset(spec: SelectSpec, keys_by_group, dataset):
+  """The client's data for its sub-model: `remap_batch` on every batch.
+
+  Where examples are dropped, a batch can be left with none (a random key set
+  that misses every class of the batch); such batches are filtered out: an
+  empty step trains nothing, and oneDNN's convolution rejects an empty batch
+  (TF 2.14: "Must provide as many biases ... [0,28,28,1]").
+  """
+  def remap(*batch):  # tf.data unpacks tuple elements into arguments.
+    return remap_batch(spec, keys_by_group, batch if len(batch) > 1 else batch[0])
+
+  remapped = dataset.map(remap)
+  if not drops_examples(spec, dataset.element_spec):
+    return remapped
+
+  def nonempty(*batch):
+    _, y = _xy(batch if len(batch) > 1 else batch[0])
+    return tf.shape(y)[0] > 0
+
+  return remapped.filter(nonempty)
+
+
 def client_params(spec: SelectSpec) -> int:
   """Trainable parameters a client holds: its slices plus broadcast variables."""
   total = 0
