@@ -171,8 +171,12 @@ _LOCAL_FLAGS = ('task', 'local_epochs', 'local_learning_rate', 'adapt_batch_size
                 'global_test_per_class')
 
 
-def _reused_local(path: str) -> dict:
-  """participant -> local accuracy from an earlier run's CSV (validated)."""
+def _reused_local(path: str, data_seed: int) -> dict:
+  """participant -> local accuracy from an earlier run's CSV (validated).
+
+  The earlier adaptation must have had the same participants' data: the same
+  flags of the local models and the same training seed of the data (`data_seed`).
+  """
   if not os.path.exists(path):
     raise flag_groups.FlagError(f'--reuse_local_from={path!r} does not exist')
   summary_path = os.path.join(os.path.dirname(path), 'summary.json')
@@ -185,6 +189,11 @@ def _reused_local(path: str) -> dict:
         raise flag_groups.FlagError(
             f'--reuse_local_from={path!r} was made with {name}={config[name]!r}, '
             f'this run has --{name}={flags.FLAGS[name].value!r}')
+    earlier_seed = earlier.get('run', {}).get('data_seed')
+    if earlier_seed is not None and earlier_seed != data_seed:
+      raise flag_groups.FlagError(
+          f'--reuse_local_from={path!r} adapted a run trained with seed={earlier_seed} '
+          f'(its clients\' data); --run_dir was trained with seed={data_seed}')
   rows, _ = summary_lib.read_csv(path)
   return {r['participant']: r['local'] for r in rows}
 
@@ -234,7 +243,13 @@ def run(output_dir: str) -> dict:
         f'--num_participants={_NUM_PARTICIPANTS.value} must be positive or -1 (all)')
   saved = _load_run_flags(run_dir)
   _apply_run_flags(saved)
-  task = flag_groups.create_task()
+  # The data as the run had it: a task's client split (CIFAR-10's Dirichlet
+  # split, synthetic data) derives from the training --seed; this binary's
+  # own --seed samples the participants and seeds their local training.
+  data_seed = saved.get('seed')
+  if data_seed is None:
+    data_seed = flag_groups.SEED.value
+  task = flag_groups.create_task(seed=data_seed)
   weights_path = os.path.join(run_dir, 'model_weights.npz')
   if not os.path.exists(weights_path):
     if not _TRAIN_IF_MISSING.value:
@@ -272,7 +287,8 @@ def run(output_dir: str) -> dict:
   logging.info('Adapting %s (%s) on %d participants of %s',
                run_dir, saved.get('aggregator', 'mean'), len(ids), task.name)
   csv_path = os.path.join(output_dir, 'participants.csv')
-  reused = _reused_local(_REUSE_LOCAL_FROM.value) if _REUSE_LOCAL_FROM.value else None
+  reused = (_reused_local(_REUSE_LOCAL_FROM.value, data_seed)
+            if _REUSE_LOCAL_FROM.value else None)
   if reused is not None and set(ids) - set(reused):
     raise flag_groups.FlagError(
         f'--reuse_local_from={_REUSE_LOCAL_FROM.value!r} lacks participants '
@@ -284,6 +300,7 @@ def run(output_dir: str) -> dict:
       'algorithm': saved.get('algorithm', 'fedavg'),
       'aggregator': saved.get('aggregator', 'mean'),
       'noise_multiplier': saved.get('noise_multiplier'),
+      'data_seed': data_seed,
   }
   config = {
       name: flags.FLAGS[name].value for name in (

@@ -159,17 +159,24 @@ class AdaptMainTest(tf.test.TestCase):
     tf.keras.utils.set_random_seed(0)
     weights = cifar10.create_resnet18_gn(width=4, image_size=8).get_weights()
     np.savez(os.path.join(run_dir, 'model_weights.npz'), *weights)
+    # Trained with --seed=3: the client split (and synthetic images) of seed 3
+    # are the participants' data, whatever scripts.adapt's own --seed.
     with open(os.path.join(run_dir, 'flags.json'), 'w') as f:
       json.dump({'task': 'cifar10_resnet18', 'data_source': 'synthetic',
-                 'data_dir': None, **hparams}, f)
+                 'data_dir': None, 'seed': 3, **hparams}, f)
     out = os.path.join(self.dir, 'cifar_out')
     with flagsaver.flagsaver(
         run_dir=run_dir, results_dir=out, num_participants=2, local_epochs=1,
         adapt_epochs=1, adapt_batch_size=5, strategies=['finetune'],
         global_test_per_class=3, seed=1):
       summary = adapt.run(out)
-      task = flag_groups.create_task()
+      task = flag_groups.create_task(seed=3)
+      other_split = flag_groups.create_task(seed=1)
     self.assertEqual(summary['metric'], 'class_ratio_accuracy')
+    self.assertEqual(summary['run']['data_seed'], 3)
+    self.assertNotAllEqual(
+        evaluation.participant_data(task, 'train_0', split='global_test').train_y,
+        evaluation.participant_data(other_split, 'train_0', split='global_test').train_y)
     with open(os.path.join(out, 'participants.csv')) as f:
       rows = list(csv.DictReader(f))
     self.assertLen(rows, 2)

@@ -96,7 +96,7 @@ class RunnerTest(absltest.TestCase):
         'lr_search/a/client_learning_rate=0.1/seed_0': 'done', failing: 'failed',
         'runs/a/seed_0': 'skipped', 'runs/b/seed_0': 'done'})
     self.assertIn('exit code 3', report.reasons[failing])
-    self.assertIn('1 search run(s) failed', report.reasons['runs/a/seed_0'])
+    self.assertIn('1 run(s) it needs failed', report.reasons['runs/a/seed_0'])
 
   def test_sigterm_stops_every_run_with_its_process_group(self):
     runs = self._runs(grid={'client_epochs': [1, 2, 3]})

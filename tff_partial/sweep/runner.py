@@ -23,7 +23,7 @@ import signal
 import subprocess
 import sys
 import time
-from typing import Callable, Optional, Sequence
+from typing import Callable, Mapping, Optional, Sequence
 
 from tff_partial.sweep import plan
 
@@ -106,20 +106,28 @@ class Runner:
     dependencies finished); raises `SkipRun` if it cannot run.
   workers: TFF worker addresses, shared out among the slots: slot i gets
     every `parallel`-th one from i (passed as the run's `--workers`).
+  is_finished: (sweep_dir, run) -> whether the run has its results (default:
+    a training run's `final_eval.json`); runs of other binaries give theirs.
+  dependencies: run id -> the run ids that must finish first (default: a
+    training run waits for its config's learning-rate search).
   """
 
   def __init__(self, sweep_dir: str, runs: Sequence[plan.Run], command_fn: Callable,
                *, parallel: int = 1, workers: Sequence[str] = (), name: str = 'sweep',
                print_fn: Callable[[str], None] = print, poll_seconds: float = 0.5,
                grace_seconds: float = 15.0, env: Optional[dict] = None,
-               interactive: Optional[bool] = None):
+               interactive: Optional[bool] = None,
+               is_finished: Callable[[str, plan.Run], bool] = plan.is_finished,
+               dependencies: Optional[Mapping[str, Sequence[str]]] = None):
     if parallel < 1:
       raise ValueError(f'--parallel={parallel} must be >= 1')
     if workers and len(workers) < parallel:
       raise ValueError(f'--workers lists {len(workers)} worker(s); --parallel={parallel} '
                        'needs at least one per parallel run')
     self._dir = sweep_dir
-    self._jobs = [_Job(r, plan.dependencies(r, runs)) for r in runs]
+    self._jobs = [_Job(r, list(dependencies.get(r.run_id, ())) if dependencies is not None
+                       else plan.dependencies(r, runs)) for r in runs]
+    self._is_finished = is_finished
     self._by_id = {j.run.run_id: j for j in self._jobs}
     self._command_fn = command_fn
     self._parallel = parallel
@@ -160,7 +168,7 @@ class Runner:
     # Anything the run left in its group (a TFF worker_binary) goes with it.
     _kill_group(job.process.pid, signal.SIGKILL)
     job.log.close()
-    if returncode == 0 and plan.is_finished(self._dir, job.run):
+    if returncode == 0 and self._is_finished(self._dir, job.run):
       job.state = 'done'
       job.latest_round = job.run.total_rounds
     else:
@@ -254,7 +262,7 @@ class Runner:
   def run(self) -> SweepReport:
     """Runs every unfinished run; returns what happened. SweepInterrupted on a signal."""
     for job in self._jobs:
-      if plan.is_finished(self._dir, job.run):
+      if self._is_finished(self._dir, job.run):
         job.state = 'finished_before'
     before = sum(j.state == 'finished_before' for j in self._jobs)
     if before:
@@ -282,7 +290,7 @@ class Runner:
     states = [self._by_id[d].state for d in job.deps]
     if any(s in ('failed', 'skipped') for s in states):
       bad = [d for d in job.deps if self._by_id[d].state in ('failed', 'skipped')]
-      job.state, job.reason = 'skipped', f'{len(bad)} search run(s) failed, e.g. {bad[0]}'
+      job.state, job.reason = 'skipped', f'{len(bad)} run(s) it needs failed, e.g. {bad[0]}'
       return False
     return all(s in ('done', 'finished_before') for s in states)
 
