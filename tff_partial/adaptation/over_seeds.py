@@ -26,20 +26,18 @@ from tff_partial.sweep import summary as sweep_summary
 
 _BEST = 'best_adapted'
 
-# name -> (how to read it from a scripts.adapt summary, is it a share)
-MEASURES: 'collections.OrderedDict[str, tuple[Callable[[Mapping], float], bool]]' = (
-    collections.OrderedDict([
-        ('federated', (lambda s: s['accuracy']['federated']['mean'], False)),
-        ('local', (lambda s: s['accuracy']['local']['mean'], False)),
-        ('best_adapted', (lambda s: s['accuracy'][_BEST]['mean'], False)),
-        ('federated_below_local', (lambda s: s['federated_below_local']['share'], True)),
-        ('best_adapted_below_local',
-         (lambda s: s['adapted_below_local'][_BEST]['share'], True)),
-        ('helped', (lambda s: s['adapted_vs_federated'][_BEST]['helped']['share'], True)),
-        ('unchanged',
-         (lambda s: s['adapted_vs_federated'][_BEST]['unchanged']['share'], True)),
-        ('hurt', (lambda s: s['adapted_vs_federated'][_BEST]['hurt']['share'], True)),
-    ]))
+# name -> how to read it from a scripts.adapt summary (accuracies and shares
+# are fractions).
+MEASURES: 'collections.OrderedDict[str, Callable[[Mapping], float]]' = collections.OrderedDict([
+    ('federated', lambda s: s['accuracy']['federated']['mean']),
+    ('local', lambda s: s['accuracy']['local']['mean']),
+    ('best_adapted', lambda s: s['accuracy'][_BEST]['mean']),
+    ('federated_below_local', lambda s: s['federated_below_local']['share']),
+    ('best_adapted_below_local', lambda s: s['adapted_below_local'][_BEST]['share']),
+    ('helped', lambda s: s['adapted_vs_federated'][_BEST]['helped']['share']),
+    ('unchanged', lambda s: s['adapted_vs_federated'][_BEST]['unchanged']['share']),
+    ('hurt', lambda s: s['adapted_vs_federated'][_BEST]['hurt']['share']),
+])
 
 
 def summarize_config(summaries: Sequence[Mapping]) -> dict:
@@ -48,7 +46,7 @@ def summarize_config(summaries: Sequence[Mapping]) -> dict:
     raise ValueError('no adaptation summaries to summarize')
   out = {'seeds': len(summaries),
          'participants': sorted({int(s['num_participants']) for s in summaries})}
-  for name, (read, _) in MEASURES.items():
+  for name, read in MEASURES.items():
     out[name] = sweep_summary.describe([read(s) for s in summaries])
   return out
 

@@ -633,8 +633,7 @@ def remap_batch(spec: SelectSpec, keys_by_group, batch):
   x, y = _xy(batch)
   keep = None
   for group in spec.groups:
-    if (group.output_role == 'classes' and group.oov_index is None
-        and not y.dtype.is_floating and y.shape.rank == 1):
+    if _drops_unselected_classes(group, y):
       keep = selected(group, keys_by_group[group.name], y)
   for group in spec.groups:
     keys = keys_by_group[group.name]
@@ -653,12 +652,16 @@ def remap_batch(spec: SelectSpec, keys_by_group, batch):
   return _like(batch, x, y)
 
 
+def _drops_unselected_classes(group: SelectGroup, y) -> bool:
+  """Whether examples of classes outside the keys go (one class id each, no OOV)."""
+  return (group.output_role == 'classes' and group.oov_index is None
+          and not y.dtype.is_floating and y.shape.rank == 1)
+
+
 def drops_examples(spec: SelectSpec, element_spec) -> bool:
-  """Whether `remap_batch` drops examples (class ids of an output group, no OOV)."""
+  """Whether `remap_batch` drops examples of data with this element spec."""
   _, y = _xy(element_spec)
-  return any(group.output_role == 'classes' and group.oov_index is None
-             and not y.dtype.is_floating and y.shape.rank == 1
-             for group in spec.groups)
+  return any(_drops_unselected_classes(group, y) for group in spec.groups)
 
 
 def client_dataset(spec: SelectSpec, keys_by_group, dataset):
