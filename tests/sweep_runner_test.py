@@ -24,8 +24,11 @@ if mode == 'fail':
   sys.exit(3)
 if mode == 'hang':
   child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'])
-  with open(os.path.join(run_dir, 'pids.json'), 'w') as f:
+  # Atomic: the test reads it as soon as it exists (a loaded machine may
+  # stop this process between open() and the write).
+  with open(os.path.join(run_dir, 'pids.json.tmp'), 'w') as f:
     json.dump([os.getpid(), child.pid], f)
+  os.replace(os.path.join(run_dir, 'pids.json.tmp'), os.path.join(run_dir, 'pids.json'))
   time.sleep(120)
 for k in range(3):
   print(f'round {k}/2', flush=True)
