@@ -102,7 +102,7 @@ _OWN_FLAGS = (
 _RUN_FLAGS = ('task', 'data_source', 'data_dir', 'cache_dir')
 
 
-def _load_run_flags(run_dir: str) -> dict:
+def load_run_flags(run_dir: str) -> dict:
   path = os.path.join(run_dir, 'flags.json')
   if not os.path.exists(path):
     return {}
@@ -115,26 +115,29 @@ def _load_run_flags(run_dir: str) -> dict:
   return saved
 
 
-def _apply_run_flags(saved: dict) -> None:
-  """Takes task/data flags (and the task's hparam flags) from the run."""
-  names = list(_RUN_FLAGS)
+def data_flags(saved: dict) -> dict:
+  """The run's flags that build its task and data: task, data, the task's own flags."""
   task = saved.get('task', flags.FLAGS.task)
   try:
     prefix = registry.get_spec(task).flag_prefix
   except registry.TaskError as e:
     raise flag_groups.FlagError(f'--run_dir flags.json: {e}') from e
-  names += [n for n in saved if n.startswith(prefix + '_') and n in flags.FLAGS]
-  for name in names:
-    if name not in saved:
-      continue
+  names = list(_RUN_FLAGS) + [
+      n for n in saved if n.startswith(prefix + '_') and n in flags.FLAGS]
+  return {name: saved[name] for name in names if name in saved}
+
+
+def _apply_run_flags(saved: dict) -> None:
+  """Takes task/data flags (and the task's hparam flags) from the run."""
+  for name, value in data_flags(saved).items():
     flag = flags.FLAGS[name]
     explicit = flag.present or not flag.using_default_value
-    if explicit and flag.value != saved[name]:
+    if explicit and flag.value != value:
       raise flag_groups.FlagError(
           f'--{name}={flag.value!r} contradicts the run, which used '
-          f'{name}={saved[name]!r} (drop --{name} or pick another --run_dir)')
+          f'{name}={value!r} (drop --{name} or pick another --run_dir)')
     if not explicit:
-      setattr(flags.FLAGS, name, saved[name])
+      setattr(flags.FLAGS, name, value)
 
 
 def _train(task, run_dir: str) -> None:
@@ -241,7 +244,7 @@ def run(output_dir: str) -> dict:
   if _NUM_PARTICIPANTS.value == 0 or _NUM_PARTICIPANTS.value < -1:
     raise flag_groups.FlagError(
         f'--num_participants={_NUM_PARTICIPANTS.value} must be positive or -1 (all)')
-  saved = _load_run_flags(run_dir)
+  saved = load_run_flags(run_dir)
   _apply_run_flags(saved)
   # The data as the run had it: a task's client split (CIFAR-10's Dirichlet
   # split, synthetic data) derives from the training --seed; this binary's
@@ -257,7 +260,7 @@ def run(output_dir: str) -> dict:
           f'--run_dir={run_dir!r} has no model_weights.npz; pass the directory '
           'of a finished scripts.train run, or add --train_if_missing')
     _train(task, run_dir)
-    saved = _load_run_flags(run_dir) or saved
+    saved = load_run_flags(run_dir) or saved
   federated_weights = load_weights(weights_path)
   metric, split, global_test = _metric(task)
 

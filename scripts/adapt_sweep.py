@@ -28,9 +28,10 @@ import sys
 from absl import app
 from absl import flags
 
-# scripts.adapt's flags, to check --set names before anything runs.
-from scripts import adapt  # pylint: disable=unused-import
-from tasks import registry
+# scripts.adapt: its flags (to check --set names before anything runs) and how
+# it reads a run's flags.
+from scripts import adapt
+from scripts import flag_groups
 from tff_partial.adaptation import over_seeds
 from tff_partial.sweep import plan
 from tff_partial.sweep import runner as runner_lib
@@ -47,6 +48,8 @@ _REUSE_LOCAL = flags.DEFINE_bool(
 _SUMMARY_ONLY = flags.DEFINE_bool('summary_only', False, 'Summarize finished adaptations; start nothing.')
 _SUMMARY_DIR = flags.DEFINE_string('summary_dir', None, 'Default <sweep_dir>/summary.')
 
+_OWN_FLAGS = {h.name for h in (_SWEEP_DIR, _SET, _ONLY, _PARALLEL, _REUSE_LOCAL,
+                                _SUMMARY_ONLY, _SUMMARY_DIR)}
 ADAPT_DIR = 'adaptation'
 _ARGV_FILE = 'adapt_sweep_argv.json'
 # scripts.adapt flags this binary sets per run.
@@ -67,8 +70,7 @@ def parse_set(items) -> dict:
       raise Error(f'--set={item!r}: expected flag=value')
     if name in _MANAGED:
       raise Error(f'--set={item!r}: scripts.adapt_sweep sets --{name} itself')
-    if name not in flags.FLAGS or name in ('sweep_dir', 'set', 'only', 'parallel',
-                                           'reuse_local', 'summary_only', 'summary_dir'):
+    if name not in flags.FLAGS or name in _OWN_FLAGS:
       raise Error(f'--set={item!r}: scripts.adapt has no flag --{name}')
     out[name] = value
   return out
@@ -83,24 +85,14 @@ def finished_runs(sweep_dir: str, only=()) -> list:
     config = os.path.basename(os.path.dirname(run_dir))
     if only and not any(fnmatch.fnmatchcase(config, p) for p in only):
       continue
-    with open(os.path.join(run_dir, 'flags.json')) as f:
-      saved = json.load(f)
-    saved = saved.get('flags', saved)
+    saved = adapt.load_run_flags(run_dir)
     found.append((config, int(saved.get('seed', 0)), run_dir, saved))
   return sorted(found, key=lambda r: (r[1], r[0]))
 
 
 def data_key(saved: dict) -> str:
-  """What a run's clients' data depends on: task, data and task flags, seed."""
-  task = saved.get('task')
-  try:
-    prefix = registry.get_spec(task).flag_prefix + '_'
-  except registry.TaskError:
-    prefix = None
-  keep = {k: v for k, v in saved.items()
-          if k in ('task', 'data_source', 'data_dir', 'cache_dir', 'seed')
-          or (prefix and k.startswith(prefix))}
-  return json.dumps(keep, sort_keys=True)
+  """What a run's clients' data depends on: its task and data flags and its seed."""
+  return json.dumps(dict(adapt.data_flags(saved), seed=saved.get('seed')), sort_keys=True)
 
 
 def results_dir(sweep_dir: str, config: str, seed: int) -> str:
@@ -183,10 +175,10 @@ def main(argv):
     if not runs:
       raise Error(f'--sweep_dir={sweep_dir!r} has no finished runs'
                   + (f' matching --only={",".join(_ONLY.value)}' if _ONLY.value else ''))
-  except Error as e:
+    jobs, argvs, deps = plan_adaptations(sweep_dir, runs, adapt_flags, _REUSE_LOCAL.value)
+  except (Error, flag_groups.FlagError) as e:
     print(f'error: {e}', file=sys.stderr)
     sys.exit(2)
-  jobs, argvs, deps = plan_adaptations(sweep_dir, runs, adapt_flags, _REUSE_LOCAL.value)
   failed = []
   if not _SUMMARY_ONLY.value:
     def command(run):

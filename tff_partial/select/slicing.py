@@ -672,15 +672,15 @@ def client_dataset(spec: SelectSpec, keys_by_group, dataset):
   empty step trains nothing, and oneDNN's convolution rejects an empty batch
   (TF 2.14: "Must provide as many biases ... [0,28,28,1]").
   """
-  def remap(*batch):  # tf.data unpacks tuple elements into arguments.
-    return remap_batch(spec, keys_by_group, batch if len(batch) > 1 else batch[0])
+  def element(batch):  # tf.data unpacks tuple elements into arguments.
+    return batch if len(batch) > 1 else batch[0]
 
-  remapped = dataset.map(remap)
+  remapped = dataset.map(lambda *b: remap_batch(spec, keys_by_group, element(b)))
   if not drops_examples(spec, dataset.element_spec):
     return remapped
 
   def nonempty(*batch):
-    _, y = _xy(batch if len(batch) > 1 else batch[0])
+    _, y = _xy(element(batch))
     return tf.shape(y)[0] > 0
 
   return remapped.filter(nonempty)
