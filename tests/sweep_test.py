@@ -115,6 +115,19 @@ def _has_checkpoint(sweep_dir, run):
       re.fullmatch(r'program_state_\d+', e) for e in os.listdir(directory))
 
 
+def _unfinished_with_checkpoint(sweep_dir, runs):
+  return [r for r in runs if _has_checkpoint(sweep_dir, r)
+          and not os.path.exists(os.path.join(sweep_dir, r, plan.FINISHED_FILE))]
+
+
+def _signal_groups(pgids, signum):
+  for pgid in pgids:
+    try:
+      os.killpg(pgid, signum)
+    except ProcessLookupError:  # the run ended since running.json was read
+      pass
+
+
 def _processes_in_group(pgid):
   found = []
   for entry in os.listdir('/proc'):
@@ -157,10 +170,14 @@ class SweepGridTest(absltest.TestCase):
           running = json.load(f)
       except (OSError, ValueError):
         continue
-      with_checkpoint = [r for r in running if _has_checkpoint(cls.killed, r)
-                         and not os.path.exists(os.path.join(cls.killed, r, plan.FINISHED_FILE))]
-      if _finished(cls.killed) and with_checkpoint:
-        break
+      if _finished(cls.killed) and _unfinished_with_checkpoint(cls.killed, running):
+        # Freeze the runs, then look again: a 2-round run with a checkpoint can
+        # otherwise finish between this check and the sweep's SIGTERM reaching
+        # it (the flaky CI failure of b05e45e). SIGKILL ends a stopped group.
+        _signal_groups(running.values(), signal.SIGSTOP)
+        if _unfinished_with_checkpoint(cls.killed, running):
+          break
+        _signal_groups(running.values(), signal.SIGCONT)
     os.killpg(process.pid, signal.SIGTERM)
     cls.killed_returncode = process.wait(timeout=120)
     cls.killed_groups = list(running.values())
