@@ -89,6 +89,19 @@ class RunnerTest(absltest.TestCase):
     self.assertEqual(set(again.states.values()), {'finished_before'})
     self.assertIn('5 of 5 runs already finished', ' '.join(lines))
 
+  def test_progress_of_jobs_without_rounds_counts_runs(self):
+    # Adaptation jobs (scripts.adapt_sweep) have no rounds: no "rounds 0/0",
+    # and an ETA from the runs finished so far (running ones half done).
+    runs = [plan.Run(run_id=f'a/seed_{s}', config='a', seed=s, flags={}, total_rounds=0)
+            for s in range(4)]
+    jobs = runner.Runner(self.root, runs, self._command(), name='adaptation', dependencies={},
+                         interactive=False)
+    for job, state in zip(jobs._jobs, ('done', 'running', 'pending', 'pending')):
+      job.state = state
+    jobs._started = time.monotonic() - 100
+    self.assertEqual(jobs.progress_line(), 'sweep adaptation: 1/4 runs done, 1 running, 2 left | '
+                     '0:01:40 elapsed | ETA 0:04:10')  # 2.5 runs x 100 s
+
   def test_failed_search_run_skips_the_runs_that_need_it(self):
     runs = self._runs(configs=[{'name': 'a'}, {'name': 'b', 'lr_search': False}],
                       lr_search={'grid': {'client_learning_rate': [0.1, 1.0]}})

@@ -234,10 +234,17 @@ class Runner:
              f'{counts["running"]} running, {left} left']
     if counts['failed'] or counts['skipped']:
       parts[0] += f', {counts["failed"]} failed, {counts["skipped"]} skipped'
-    parts.append(f'rounds {rounds_done}/{total_rounds}')
+    if total_rounds:
+      parts.append(f'rounds {rounds_done}/{total_rounds}')
     parts.append(f'{_format_seconds(elapsed)} elapsed')
-    if progressed > 0 and (counts['running'] or left):
-      parts.append(f'ETA {_format_seconds((total_rounds - rounds_done) * elapsed / progressed)}')
+    if counts['running'] or left:
+      if total_rounds and progressed > 0:
+        parts.append(f'ETA {_format_seconds((total_rounds - rounds_done) * elapsed / progressed)}')
+      elif not total_rounds and counts['done']:
+        # Jobs without rounds (adaptation runs): by the runs finished in this
+        # invocation; the running ones count as half done.
+        to_go = left + counts['running'] / 2
+        parts.append(f'ETA {_format_seconds(to_go * elapsed / counts["done"])}')
     return ' | '.join(parts)
 
   def _show(self, force: bool = False) -> None:
