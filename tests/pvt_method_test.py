@@ -119,20 +119,34 @@ class PvtMethodTest(tf.test.TestCase):
 
 
 class PvtFemnistLearnsTest(tf.test.TestCase):
-  """PCPR with 90% of freezable variables frozen learns on real FEMNIST."""
+  """PCPR with 50% and 90% of freezable variables frozen learns on real FEMNIST."""
+
+  def test_pcpr_50_learns(self):
+    task = _femnist_task()
+    built = pvt.build_pvt_method(_ctx(task), scheme='per_client_per_round',
+                                 freeze_fraction=0.5)
+    # Measured 2026-11-23 (seed 0, 30 rounds x 10 writers, client SGD 0.1,
+    # batch 20, server SGD 1.0): accuracy 0.27-0.30, test loss 4.12-4.14 ->
+    # 3.64-3.69, oneDNN on and off.
+    testing_utils.train_and_assert_learns(
+        self, task, built, rounds=ROUNDS, min_accuracy=0.15, clients_per_round=CLIENTS)
 
   def test_pcpr_90_learns(self):
     task = _femnist_task()
     built = pvt.build_pvt_method(_ctx(task), scheme='per_client_per_round',
                                  freeze_fraction=0.9)
-    # Measured 2026-11-21 with these settings through scripts.train (seed 0,
+    # Measured with these settings through scripts.train on 2026-11-21 (seed 0,
     # 30 rounds x 10 writers, client SGD 0.1, batch 20, server SGD 1.0): test
-    # accuracy 0.0466 on the 4,182 test images; this test itself measured
-    # 0.0626 (float order varies with threading; chance 1/62 = 0.016; FedAvg
-    # 0.386). Each client trains 1 of the CNN's 4 kernels plus the biases, so
-    # learning is slow at 10 clients per round (docs/pvt.md).
+    # accuracy 0.0466 on the 4,182 test images; this test measured 0.044-0.074
+    # in six runs on 2026-11-23 (float order varies with threading; chance
+    # 1/62 = 0.016; FedAvg 0.386). Each client trains 1 of the CNN's 4 kernels
+    # plus the biases, so learning is slow at 10 clients per round
+    # (docs/pvt.md), and at 30 rounds neither loss is a reliable signal: the
+    # test loss went 4.14 -> 3.85-3.92 in four runs and -> 4.29 in one, and the
+    # clients' loss of the last 5 rounds was above the first 5 in a CI run.
     testing_utils.train_and_assert_learns(
-        self, task, built, rounds=ROUNDS, min_accuracy=MIN_ACCURACY, clients_per_round=CLIENTS)
+        self, task, built, rounds=ROUNDS, min_accuracy=MIN_ACCURACY, clients_per_round=CLIENTS,
+        loss_check=None)
 
 ROUNDS = 30
 CLIENTS = 10

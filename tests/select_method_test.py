@@ -56,8 +56,13 @@ class FemnistLearnsTest(tf.test.TestCase):
     task = testing_utils.femnist_task('emnist_cnn')
     built = select.build_from_args(_ctx(task), ['conv2'], 16, 'random')
     self.assertAlmostEqual(built.client_model_params / built.params_total, 0.2647, places=4)
+    # Algorithm 2 without rescaling: the server model evaluates all 64 filters
+    # while each client trained 16, so its test loss rises at first (measured
+    # 4.13 -> 6.76-6.79 at 20 rounds, accuracy 0.11-0.14; 5.2 at 400 rounds
+    # for m = 8 in docs/results/select_table2_femnist_cnn.md) while accuracy
+    # climbs. The clients' own loss is the learning signal here.
     testing_utils.train_and_assert_learns(
-        self, task, built, rounds=ROUNDS, min_accuracy=MIN_ACCURACY)
+        self, task, built, rounds=ROUNDS, min_accuracy=MIN_ACCURACY, loss_check='train')
 
 
 class SyntheticStackOverflowTrainTest(tf.test.TestCase):

@@ -69,17 +69,36 @@ def method_context(task, client_lr=0.1, seed=0, aggregator=None):
 
 
 def train_and_assert_learns(test_case, task, built, *, rounds, min_accuracy,
-                            clients_per_round=10, seed=0):
-  """Trains with the one loop; asserts test accuracy and falling train loss."""
-  import numpy as np  # pylint: disable=g-import-not-at-top
+                            clients_per_round=10, seed=0, loss_check='test',
+                            min_loss_drop=0.1):
+  """Trains with the one loop; asserts test accuracy and a falling test loss.
+
+  The test loss is compared with the untrained model's on the same test
+  examples. (Round train losses are means over different clients each round:
+  too noisy to compare at 10 clients. PVT at 90% frozen failed a CI run on
+  "mean of the last 5 rounds below the first 5": 3.89 vs 3.81, while its test
+  loss fell 4.14 -> 3.85-3.92 in three measured runs.)
+  loss_check: 'test' (the final test loss at least `min_loss_drop` below the
+    untrained model's); 'train' (the clients' loss of the last 5 rounds below
+    the first 5, for methods whose server model is not what the clients train:
+    federated select); None (accuracy only, where neither is reliable).
+  """
   from tff_partial.training import loop  # pylint: disable=g-import-not-at-top
+  process = built.process
+  initial = loop.evaluate(task, process.get_model_weights(process.initialize()))
   result = loop.run_training(
       task, built, total_rounds=rounds, clients_per_round=clients_per_round, seed=seed,
       output_dir=None, rounds_per_eval=rounds, print_fn=print)
+  print(f'test loss {initial["loss"]:.4f} -> {result.final_eval["loss"]:.4f}, '
+        f'accuracy {result.final_eval["accuracy"]:.4f}')
   test_case.assertGreater(result.final_eval['accuracy'], min_accuracy)
-  losses = [m['client_work/train/loss'] for m in result.round_metrics
-            if 'client_work/train/loss' in m]
-  test_case.assertLess(np.mean(losses[-5:]), np.mean(losses[:5]))
+  if loss_check == 'test':
+    test_case.assertLess(result.final_eval['loss'], initial['loss'] - min_loss_drop)
+  elif loss_check == 'train':
+    losses = [m['client_work/train/loss'] for m in result.round_metrics
+              if 'client_work/train/loss' in m]
+    print('train losses', [round(float(x), 3) for x in losses])
+    test_case.assertLess(sum(losses[-5:]) / 5, sum(losses[:5]) / 5)
   return result
 
 
