@@ -103,6 +103,11 @@ def plan_adaptations(sweep_dir: str, runs, adapt_flags: dict, reuse_local: bool)
   """(plan.Runs, run id -> argv, run id -> dependencies)."""
   leaders = {}
   jobs, argvs, deps = [], {}, {}
+  # A run already adapted as its data's leader (it trained the local models)
+  # stays the leader, so that runs finishing later (e.g. an earlier config of
+  # the same seed) do not change its argv and force its adaptation again.
+  runs = sorted(runs, key=lambda r: not _adapted_as_leader(
+      results_dir(sweep_dir, r[0], r[1])))
   for config, seed, run_dir, saved in runs:
     out = results_dir(sweep_dir, config, seed)
     run_id = os.path.relpath(out, sweep_dir)
@@ -119,6 +124,14 @@ def plan_adaptations(sweep_dir: str, runs, adapt_flags: dict, reuse_local: bool)
     jobs.append(plan.Run(run_id=run_id, config=config, seed=seed, flags={}, total_rounds=0))
     argvs[run_id] = argv
   return jobs, argvs, deps
+
+
+def _adapted_as_leader(out: str) -> bool:
+  argv_path = os.path.join(out, _ARGV_FILE)
+  if not (os.path.exists(os.path.join(out, 'summary.json')) and os.path.exists(argv_path)):
+    return False
+  with open(argv_path) as f:
+    return not any(a.startswith('--reuse_local_from=') for a in json.load(f))
 
 
 def is_adapted(sweep_dir: str, run: plan.Run, argv) -> bool:

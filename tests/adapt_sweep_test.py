@@ -140,5 +140,31 @@ class AdaptSweepMainTest(tf.test.TestCase):
     self.assertFalse(os.path.exists(os.path.join(self.dir, 'adaptation')))
 
 
+
+class PlanTest(tf.test.TestCase):
+
+  def test_a_run_adapted_as_leader_stays_the_leader(self):
+    # Seen on the CIFAR sweep: fedavg/seed_0 was adapted first (it trained the
+    # local models); once dp_fedavg/seed_0 finished, it sorted first, became
+    # the leader, and fedavg/seed_0's argv changed, so it was adapted again.
+    from scripts import adapt_sweep  # pylint: disable=g-import-not-at-top
+    root = self.create_tempdir().full_path
+    saved = {'task': 'emnist_2nn', 'data_source': 'synthetic', 'seed': 0}
+    runs = [(c, 0, os.path.join(root, 'runs', c, 'seed_0'), saved) for c in ('dp', 'fedavg')]
+    before, argvs, _ = adapt_sweep.plan_adaptations(root, runs[1:], {}, True)
+    out = adapt_sweep.results_dir(root, 'fedavg', 0)
+    os.makedirs(out)
+    with open(os.path.join(out, adapt_sweep._ARGV_FILE), 'w') as f:
+      json.dump(argvs[before[0].run_id][1:], f)
+    with open(os.path.join(out, 'summary.json'), 'w') as f:
+      f.write('{}')
+    jobs, argvs, deps = adapt_sweep.plan_adaptations(root, runs, {}, True)
+    self.assertEqual([j.run_id for j in jobs], ['adaptation/fedavg/seed_0', 'adaptation/dp/seed_0'])
+    self.assertEqual(argvs['adaptation/fedavg/seed_0'], argvs[before[0].run_id])
+    self.assertTrue(adapt_sweep.is_adapted(root, jobs[0], argvs[jobs[0].run_id]))
+    self.assertIn(f'--reuse_local_from={os.path.join(out, "participants.csv")}',
+                  argvs['adaptation/dp/seed_0'])
+    self.assertEqual(deps['adaptation/dp/seed_0'], ['adaptation/fedavg/seed_0'])
+
 if __name__ == '__main__':
   tf.test.main()
