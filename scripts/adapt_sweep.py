@@ -23,6 +23,7 @@ import fnmatch
 import glob
 import json
 import os
+import shutil
 import sys
 
 from absl import app
@@ -134,6 +135,15 @@ def _adapted_as_leader(out: str) -> bool:
     return not any(a.startswith('--reuse_local_from=') for a in json.load(f))
 
 
+def stale_partial(out: str, argv) -> bool:
+  """`out` holds an unfinished adaptation of this binary with another argv."""
+  argv_path = os.path.join(out, _ARGV_FILE)
+  if os.path.exists(os.path.join(out, 'summary.json')) or not os.path.exists(argv_path):
+    return False
+  with open(argv_path) as f:
+    return json.load(f) != argv[1:]
+
+
 def is_adapted(sweep_dir: str, run: plan.Run, argv) -> bool:
   out = os.path.join(sweep_dir, run.run_id)
   argv_path = os.path.join(out, _ARGV_FILE)
@@ -196,6 +206,11 @@ def main(argv):
   if not _SUMMARY_ONLY.value:
     def command(run):
       out = os.path.join(sweep_dir, run.run_id)
+      if stale_partial(out, argvs[run.run_id]):
+        # An unfinished adaptation of this sweep with other arguments (e.g.
+        # it was its data's leader then): scripts.adapt would refuse to resume
+        # it, and it has no results to keep.
+        shutil.rmtree(out)
       os.makedirs(out, exist_ok=True)
       with open(os.path.join(out, _ARGV_FILE), 'w') as f:
         json.dump(argvs[run.run_id][1:], f, indent=1)

@@ -165,6 +165,17 @@ class PlanTest(tf.test.TestCase):
     self.assertIn(f'--reuse_local_from={os.path.join(out, "participants.csv")}',
                   argvs['adaptation/dp/seed_0'])
     self.assertEqual(deps['adaptation/dp/seed_0'], ['adaptation/fedavg/seed_0'])
+    # dp/seed_0 was started once as the leader (no reuse) and stopped: its
+    # partial results are stale (scripts.adapt refuses to resume them with the
+    # new argv); finished ones and ones with the same argv are not.
+    dp_out = adapt_sweep.results_dir(root, 'dp', 0)
+    os.makedirs(dp_out)
+    with open(os.path.join(dp_out, adapt_sweep._ARGV_FILE), 'w') as f:
+      json.dump([a for a in argvs['adaptation/dp/seed_0'][1:]
+                 if not a.startswith('--reuse_local_from=')], f)
+    self.assertTrue(adapt_sweep.stale_partial(dp_out, argvs['adaptation/dp/seed_0']))
+    self.assertFalse(adapt_sweep.stale_partial(out, argvs['adaptation/dp/seed_0']))  # finished
+    self.assertFalse(adapt_sweep.stale_partial(out, argvs['adaptation/fedavg/seed_0']))
 
 if __name__ == '__main__':
   tf.test.main()
