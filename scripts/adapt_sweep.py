@@ -127,30 +127,29 @@ def plan_adaptations(sweep_dir: str, runs, adapt_flags: dict, reuse_local: bool)
   return jobs, argvs, deps
 
 
-def _adapted_as_leader(out: str) -> bool:
+def _saved(out: str) -> tuple:
+  """(the argv this binary started `out`'s adaptation with or None, finished?)."""
   argv_path = os.path.join(out, _ARGV_FILE)
-  if not (os.path.exists(os.path.join(out, 'summary.json')) and os.path.exists(argv_path)):
-    return False
+  if not os.path.exists(argv_path):
+    return None, False
   with open(argv_path) as f:
-    return not any(a.startswith('--reuse_local_from=') for a in json.load(f))
+    return json.load(f), os.path.exists(os.path.join(out, 'summary.json'))
+
+
+def _adapted_as_leader(out: str) -> bool:
+  saved, finished = _saved(out)
+  return finished and not any(a.startswith('--reuse_local_from=') for a in saved)
 
 
 def stale_partial(out: str, argv) -> bool:
   """`out` holds an unfinished adaptation of this binary with another argv."""
-  argv_path = os.path.join(out, _ARGV_FILE)
-  if os.path.exists(os.path.join(out, 'summary.json')) or not os.path.exists(argv_path):
-    return False
-  with open(argv_path) as f:
-    return json.load(f) != argv[1:]
+  saved, finished = _saved(out)
+  return saved is not None and not finished and saved != argv[1:]
 
 
 def is_adapted(sweep_dir: str, run: plan.Run, argv) -> bool:
-  out = os.path.join(sweep_dir, run.run_id)
-  argv_path = os.path.join(out, _ARGV_FILE)
-  if not (os.path.exists(os.path.join(out, 'summary.json')) and os.path.exists(argv_path)):
-    return False
-  with open(argv_path) as f:
-    return json.load(f) == argv[1:]
+  saved, finished = _saved(os.path.join(sweep_dir, run.run_id))
+  return finished and saved == argv[1:]
 
 
 def read_summaries(sweep_dir: str, jobs) -> dict:

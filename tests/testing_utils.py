@@ -83,6 +83,8 @@ def train_and_assert_learns(test_case, task, built, *, rounds, min_accuracy,
     the first 5, for methods whose server model is not what the clients train:
     federated select); None (accuracy only, where neither is reliable).
   """
+  if loss_check not in ('test', 'train', None):
+    raise ValueError(f"loss_check={loss_check!r}; valid values: 'test', 'train', None")
   from tff_partial.training import loop  # pylint: disable=g-import-not-at-top
   process = built.process
   initial = loop.evaluate(task, process.get_model_weights(process.initialize()))
