@@ -53,6 +53,7 @@ _OWN_FLAGS = {h.name for h in (_SWEEP_DIR, _SET, _ONLY, _PARALLEL, _REUSE_LOCAL,
                                 _SUMMARY_ONLY, _SUMMARY_DIR)}
 ADAPT_DIR = 'adaptation'
 _ARGV_FILE = 'adapt_sweep_argv.json'
+RUNNING_FILE = 'running_adaptation.json'
 # scripts.adapt flags this binary sets per run.
 _MANAGED = ('run_dir', 'results_dir', 'reuse_local_from', 'train_if_missing')
 
@@ -217,7 +218,8 @@ def main(argv):
 
     runner = runner_lib.Runner(
         sweep_dir, jobs, command, parallel=_PARALLEL.value, name='adaptation',
-        is_finished=lambda d, r: is_adapted(d, r, argvs[r.run_id]), dependencies=deps)
+        is_finished=lambda d, r: is_adapted(d, r, argvs[r.run_id]), dependencies=deps,
+        running_file=RUNNING_FILE)  # not the training sweep's running.json beside it
     try:
       report = runner.run()
     except runner_lib.SweepInterrupted as e:

@@ -91,11 +91,18 @@ class AdaptSweepMainTest(tf.test.TestCase):
     for config, seed in (('a', 0), ('a', 1), ('b', 0)):
       _write_run(self.dir, config, seed)
     _write_run(self.dir, 'b', 1, finished=False)  # still training: not adapted
+    training_running = {'runs/b/seed_1': 4242}  # the training sweep's, beside it
+    with open(os.path.join(self.dir, 'running.json'), 'w') as f:
+      json.dump(training_running, f)
     sets = ['--set=num_participants=2', '--set=local_epochs=1', '--set=adapt_epochs=1',
             '--set=adapt_batch_size=4', '--set=fisher_max_examples=3',
             '--set=strategies=finetune,ewc']
     result = _adapt_sweep(f'--sweep_dir={self.dir}', '--parallel=2', *sets)
     self.assertEqual(result.returncode, 0, result.stderr[-3000:])
+    with open(os.path.join(self.dir, 'running.json')) as f:
+      self.assertEqual(json.load(f), training_running)  # not overwritten
+    with open(os.path.join(self.dir, 'running_adaptation.json')) as f:  # its own
+      self.assertEqual(json.load(f), {})
     adapted = os.path.join(self.dir, 'adaptation')
     self.assertCountEqual(os.listdir(adapted), ['a', 'b'])
     self.assertEqual(os.listdir(os.path.join(adapted, 'b')), ['seed_0'])

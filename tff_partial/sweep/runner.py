@@ -110,6 +110,9 @@ class Runner:
     a training run's `final_eval.json`); runs of other binaries give theirs.
   dependencies: run id -> the run ids that must finish first (default: a
     training run waits for its config's learning-rate search).
+  running_file: the file in `sweep_dir` listing the running runs' process
+    groups; binaries that run in the same directory as a training sweep
+    (scripts.adapt_sweep) give their own.
   """
 
   def __init__(self, sweep_dir: str, runs: Sequence[plan.Run], command_fn: Callable,
@@ -118,13 +121,15 @@ class Runner:
                grace_seconds: float = 15.0, env: Optional[dict] = None,
                interactive: Optional[bool] = None,
                is_finished: Callable[[str, plan.Run], bool] = plan.is_finished,
-               dependencies: Optional[Mapping[str, Sequence[str]]] = None):
+               dependencies: Optional[Mapping[str, Sequence[str]]] = None,
+               running_file: str = _RUNNING_FILE):
     if parallel < 1:
       raise ValueError(f'--parallel={parallel} must be >= 1')
     if workers and len(workers) < parallel:
       raise ValueError(f'--workers lists {len(workers)} worker(s); --parallel={parallel} '
                        'needs at least one per parallel run')
     self._dir = sweep_dir
+    self._running_file = running_file
     self._jobs = [_Job(r, list(dependencies.get(r.run_id, ())) if dependencies is not None
                        else plan.dependencies(r, runs)) for r in runs]
     self._is_finished = is_finished
@@ -197,9 +202,9 @@ class Runner:
     self._write_running()
 
   def _write_running(self) -> None:
-    """`running.json`: the process group ids of the running runs (for tools and tests)."""
+    """`running.json` (or `running_file`): the running runs' process group ids (for tools, tests)."""
     running = {j.run.run_id: j.process.pid for j in self._jobs if j.process is not None}
-    path = os.path.join(self._dir, _RUNNING_FILE)
+    path = os.path.join(self._dir, self._running_file)
     tmp = f'{path}.tmp'
     with open(tmp, 'w') as f:
       json.dump(running, f, indent=2, sort_keys=True)
