@@ -51,12 +51,13 @@ LOCAL_CLIENT_PARALLELISM = flags.DEFINE_string(
     'local_client_parallelism', local.AUTO,
     'Without --workers: how the local TFF worker shares this machine\'s cores '
     'among a round\'s clients. auto: one client per core, one TensorFlow '
-    'thread each, when --clients_per_round is at least twice the cores (2 '
-    'cores, 10 clients: 2 at once), else TFF\'s default (docs/benchmarks.md '
-    'measured both); tff: TFF\'s default worker (every client at once, one shared '
-    'pool of one thread per core); N: N clients at once, cores // N threads '
-    'each. It changes speed only, not what is computed (up to float rounding '
-    'of multi-threaded kernels).')
+    'thread each (2 cores, 10 clients: 2 at once); the numbers are then the '
+    'same whatever the core count (multi-threaded kernels round differently '
+    'with the number of threads). tff: TFF\'s default worker (every client at '
+    'once, one shared pool of one thread per core; faster when a round\'s '
+    'clients do not fill the cores, e.g. 3 on 2, but its rounding depends on '
+    'the core count); N: N clients at once, cores // N threads each '
+    '(docs/benchmarks.md measured them).')
 
 FLAG_NAMES = ('workers', 'allow_remote_workers', 'worker_rpc_timeout_s',
               'worker_max_clients_per_subround', 'local_client_parallelism')
@@ -65,8 +66,7 @@ FLAG_NAMES = ('workers', 'allow_remote_workers', 'worker_rpc_timeout_s',
 def local_parallelism() -> tuple[int, Optional[int]]:
   """(clients at once, intra-op threads) of the local worker; FlagError if bad."""
   try:
-    return local.client_parallelism(LOCAL_CLIENT_PARALLELISM.value,
-                                    flag_groups.CLIENTS_PER_ROUND.value)
+    return local.client_parallelism(LOCAL_CLIENT_PARALLELISM.value)
   except ValueError as e:
     raise flag_groups.FlagError(str(e)) from e
 

@@ -153,27 +153,24 @@ class LocalRuntimeTest(absltest.TestCase):
 
   def test_client_parallelism_splits_the_cores_among_clients(self):
     cp = local.client_parallelism
-    self.assertEqual(cp('tff', 10, cores=2), (-1, None))  # TFF's worker
-    self.assertEqual(cp('auto', 10, cores=2), (2, 1))
-    self.assertEqual(cp('auto', 4, cores=2), (2, 1))
-    self.assertEqual(cp('auto', 3, cores=2), (-1, None))  # a core would idle
-    self.assertEqual(cp('auto', 3, cores=16), (-1, None))
-    self.assertEqual(cp('auto', 1, cores=2), (-1, None))
-    self.assertEqual(cp('auto', None, cores=4), (4, 1))
-    self.assertEqual(cp('1', 10, cores=2), (1, 2))
-    self.assertEqual(cp('4', 10, cores=2), (4, 1))
+    self.assertEqual(cp('tff', cores=2), (-1, None))  # TFF's worker
+    # auto: one thread per client on any machine (the same rounding everywhere).
+    self.assertEqual(cp('auto', cores=2), (2, 1))
+    self.assertEqual(cp('auto', cores=16), (16, 1))
+    self.assertEqual(cp('auto', cores=1), (1, 1))
+    self.assertEqual(cp('1', cores=2), (1, 2))
+    self.assertEqual(cp('4', cores=2), (4, 1))
     for bad in ('0', '-2', 'many'):
       with self.assertRaisesRegex(ValueError, 'valid values: auto, tff or a positive integer'):
-        cp(bad, 10, cores=2)
+        cp(bad, cores=2)
     with flagsaver.flagsaver(local_client_parallelism='lots'):
       with self.assertRaisesRegex(flag_groups.FlagError,
                                   "--local_client_parallelism='lots'"):
         runtime_flags.configure_from_flags()
 
   def test_auto_parallelism_gives_the_worker_its_threads_and_calls(self):
-    cohort = 2 * local.available_cores()  # auto: one client per core, 1 thread
-    with flagsaver.flagsaver(local_client_parallelism='auto', clients_per_round=cohort,
-                             workers=[]):
+    with flagsaver.flagsaver(local_client_parallelism='auto', clients_per_round=3,
+                             workers=[]):  # one client per core, 1 thread, any cohort
       runtime_flags.configure_from_flags()
     context = tff.framework.get_context_stack().current
     self.assertIsInstance(context, local.LocalContext)

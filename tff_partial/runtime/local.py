@@ -59,25 +59,28 @@ def available_cores() -> int:
     return os.cpu_count() or 1
 
 
-def client_parallelism(choice: str, clients_per_round: Optional[int] = None,
-                       cores: Optional[int] = None) -> tuple[int, Optional[int]]:
+def client_parallelism(choice: str, cores: Optional[int] = None) -> tuple[int, Optional[int]]:
   """(clients trained at once, TensorFlow intra-op threads) of the local worker.
 
   Args:
-    choice: `tff`: TFF's default worker (every client of the round at once,
-      sharing one intra-op pool of one thread per core: (-1, None)); `auto`:
-      one client per core with one thread each when a round has at least
-      two clients per core (on 2 cores and 10 clients: 2 at once, 1 thread
-      each), else TFF's default (a round of 3 clients on 2 cores would leave
-      a core idle while the third trains alone: measured 1.2x slower on the
-      ResNet-18); a positive integer N: N clients at once, cores // N
-      threads each.
-    clients_per_round: the round's cohort size (None: as many as cores).
+    choice: `auto` (the default): one client per core with one TensorFlow
+      intra-op thread each, whatever the cohort. Multi-threaded kernels
+      round differently with the number of threads (emnist_cnn, 3 rounds:
+      weights apart by up to 0.014 between 1 and 2 threads), so one thread
+      per client is what makes a run's numbers the same on machines with
+      different core counts (tests/determinism_test.py); it is also the
+      fastest setting measured for 10 clients on 2 cores. Its cost: cores
+      idle when a round's clients do not fill them (3 clients of the
+      ResNet-18 on 2 cores, the third training alone: 1.2x slower than TFF's
+      default). `tff`: TFF's
+      default worker (every client of the round at once, sharing one
+      intra-op pool of one thread per core: (-1, None)); its rounding
+      depends on the core count. A positive integer N: N clients at once,
+      cores // N threads each.
     cores: default `available_cores()`.
 
   Written here: TFF's worker takes `--max_concurrent_computation_calls`, and
-  TensorFlow reads `TF_NUM_INTRAOP_THREADS`, but nothing picks them for a
-  cohort. `scripts.benchmark` measured `auto` against TFF's default on
+  TensorFlow reads `TF_NUM_INTRAOP_THREADS`, but nothing picks them. `scripts.benchmark` measured `auto` against TFF's default on
   emnist_cnn_gn with 10 clients on 2 cores (docs/benchmarks.md).
 
   Raises:
@@ -87,17 +90,14 @@ def client_parallelism(choice: str, clients_per_round: Optional[int] = None,
   if choice == TFF_DEFAULT:
     return -1, None
   if choice == AUTO:
-    if clients_per_round is not None and clients_per_round < 2 * cores:
-      return -1, None
-    at_once = cores
-  else:
-    try:
-      at_once = int(choice)
-    except ValueError:
-      at_once = 0
-    if at_once < 1:
-      raise ValueError(f'--local_client_parallelism={choice!r}; valid values: '
-                       f'{AUTO}, {TFF_DEFAULT} or a positive integer')
+    return cores, 1
+  try:
+    at_once = int(choice)
+  except ValueError:
+    at_once = 0
+  if at_once < 1:
+    raise ValueError(f'--local_client_parallelism={choice!r}; valid values: '
+                     f'{AUTO}, {TFF_DEFAULT} or a positive integer')
   return at_once, max(1, cores // at_once)
 
 
