@@ -65,23 +65,23 @@ def client_parallelism(choice: str, cores: Optional[int] = None) -> tuple[int, O
   Args:
     choice: `auto` (the default): one client per core with one TensorFlow
       intra-op thread each, whatever the cohort. Multi-threaded kernels
-      round differently with the number of threads (emnist_cnn, 3 rounds:
-      weights apart by up to 0.014 between 1 and 2 threads), so one thread
-      per client is what makes a run's numbers the same on machines with
-      different core counts (tests/determinism_test.py); it is also the
-      fastest setting measured for 10 clients on 2 cores. Its cost: cores
-      idle when a round's clients do not fill them (3 clients of the
+      round differently with the number of threads (emnist_cnn, 10 clients,
+      3 rounds: weights apart by up to 0.014 between 1 and 2 threads), so
+      one thread per client is what makes a run's numbers the same on
+      machines with different core counts (tests/determinism_test.py); it is
+      also the fastest setting measured for 10 clients on 2 cores. Its cost:
+      cores idle when a round's clients do not fill them (3 clients of the
       ResNet-18 on 2 cores, the third training alone: 1.2x slower than TFF's
-      default). `tff`: TFF's
-      default worker (every client of the round at once, sharing one
-      intra-op pool of one thread per core: (-1, None)); its rounding
-      depends on the core count. A positive integer N: N clients at once,
-      cores // N threads each.
+      default). `tff`: TFF's default worker (every client of the round at
+      once, sharing one intra-op pool of one thread per core: (-1, None));
+      its rounding depends on the core count. A positive integer N: N
+      clients at once, cores // N threads each.
     cores: default `available_cores()`.
 
   Written here: TFF's worker takes `--max_concurrent_computation_calls`, and
-  TensorFlow reads `TF_NUM_INTRAOP_THREADS`, but nothing picks them. `scripts.benchmark` measured `auto` against TFF's default on
-  emnist_cnn_gn with 10 clients on 2 cores (docs/benchmarks.md).
+  TensorFlow reads `TF_NUM_INTRAOP_THREADS`, but nothing picks them.
+  `scripts.benchmark` measured the settings on emnist_cnn_gn with 10 clients
+  on 2 cores (docs/benchmarks.md).
 
   Raises:
     ValueError: `choice` is none of these.

@@ -38,7 +38,8 @@ _FLAGS_FILE = 'flags.json'
 _WEIGHTS_FILE = 'model_weights.npz'
 _FINAL_EVAL_FILE = 'final_eval.json'
 # Flags that may change between a run and its resumption without changing
-# what is computed.
+# what is computed (`local_client_parallelism`: up to the float rounding of
+# the thread count, which `auto` keeps at one thread per client).
 RESUMABLE_FLAG_CHANGES = frozenset(
     {'total_rounds', 'rounds_per_eval', 'rounds_per_checkpoint', 'workers',
      'allow_remote_workers', 'worker_rpc_timeout_s', 'worker_max_clients_per_subround',
