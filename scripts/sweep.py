@@ -65,8 +65,8 @@ def _fail(message: str) -> None:
 def check_train_argvs(argvs) -> tuple:
   """(errors, --total_rounds default) from scripts.sweep_check, run in a subprocess.
 
-  A subprocess, because it imports scripts.train (TensorFlow, and flags that
-  would clash with this binary's); this binary itself never imports TensorFlow.
+  A subprocess, because it imports scripts.train, whose flags would clash
+  with this binary's.
   """
   print(f'checking {len(argvs)} training command line(s) with scripts.train\'s flag checks ...',
         flush=True)

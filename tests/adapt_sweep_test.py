@@ -147,7 +147,6 @@ class AdaptSweepMainTest(tf.test.TestCase):
     self.assertFalse(os.path.exists(os.path.join(self.dir, 'adaptation')))
 
 
-
 class PlanTest(tf.test.TestCase):
 
   def test_a_run_adapted_as_leader_stays_the_leader(self):
@@ -183,6 +182,7 @@ class PlanTest(tf.test.TestCase):
     self.assertTrue(adapt_sweep.stale_partial(dp_out, argvs['adaptation/dp/seed_0']))
     self.assertFalse(adapt_sweep.stale_partial(out, argvs['adaptation/dp/seed_0']))  # finished
     self.assertFalse(adapt_sweep.stale_partial(out, argvs['adaptation/fedavg/seed_0']))
+
 
 if __name__ == '__main__':
   tf.test.main()

@@ -4,7 +4,8 @@ Three runs of `scripts.train` in fresh processes: one uninterrupted, one
 killed right after its round-2 checkpoint, one killed at another point (after
 its round-3 metrics, mid-round 4, with no checkpoint of round 3). Each killed
 run is restarted in a fresh process. All three must end with identical
-weights and metrics.csv (wall-clock columns aside). CI runs this file under
+weights and metrics.csv (wall-clock columns aside). Another pair of runs,
+pinned to 1 core and to 2, must agree too. CI runs this file under
 both CPU paths (`TF_ENABLE_ONEDNN_OPTS=0` and `=1`, see the Makefile).
 """
 

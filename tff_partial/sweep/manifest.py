@@ -11,6 +11,7 @@ import json
 import os
 
 from tff_partial.sweep import spec as spec_lib
+from tff_partial.training import atomic
 
 MANIFEST_FILE = 'sweep.json'
 _LOCK_FILE = '.sweep.lock'
@@ -61,10 +62,8 @@ def write(sweep_dir: str, spec: spec_lib.SweepSpec, default_total_rounds: int) -
       'spec': spec.to_dict(),
       'default_total_rounds': default_total_rounds,
   }
-  tmp = f'{path}.tmp{os.getpid()}'
-  with open(tmp, 'w') as f:
+  with atomic.atomic_write(path) as f:
     json.dump(record, f, indent=2, sort_keys=True)
-  os.replace(tmp, path)
   return path
 
 

@@ -26,6 +26,7 @@ import time
 from typing import Callable, Mapping, Optional, Sequence
 
 from tff_partial.sweep import plan
+from tff_partial.training import atomic
 
 _ROUND_LINE = re.compile(rb'round (\d+)/(\d+)')
 _TAIL_BYTES = 16384
@@ -202,13 +203,10 @@ class Runner:
     self._write_running()
 
   def _write_running(self) -> None:
-    """`running.json` (or `running_file`): the running runs' process group ids (for tools, tests)."""
+    """`running_file`: the running runs' process group ids (for tools and tests)."""
     running = {j.run.run_id: j.process.pid for j in self._jobs if j.process is not None}
-    path = os.path.join(self._dir, self._running_file)
-    tmp = f'{path}.tmp'
-    with open(tmp, 'w') as f:
+    with atomic.atomic_write(os.path.join(self._dir, self._running_file)) as f:
       json.dump(running, f, indent=2, sort_keys=True)
-    os.replace(tmp, path)
 
   # --- progress ----------------------------------------------------------------
   def _read_round(self, job: _Job) -> None:

@@ -33,6 +33,7 @@ import numpy as np
 from scipy import stats
 
 from tff_partial.sweep import plan
+from tff_partial.training import atomic
 
 PLATEAUED_FRACTION = 0.8
 
@@ -242,13 +243,11 @@ def _write_csv(path: str, rows: Sequence[Mapping[str, Any]]) -> None:
   fields = []
   for row in rows:
     fields += [k for k in row if k not in fields]
-  tmp = f'{path}.tmp'
-  with open(tmp, 'w', newline='') as f:
+  with atomic.atomic_write(path, newline='') as f:
     writer = csv.DictWriter(f, fieldnames=fields)
     writer.writeheader()
     for row in rows:
       writer.writerow({k: ('' if v is None else v) for k, v in row.items()})
-  os.replace(tmp, path)
 
 
 def _mean_std(st: Stats, scale: float = 1.0) -> str:
@@ -334,8 +333,6 @@ def write(out_dir: str, *, name: str, description: str, summaries: Sequence[Conf
   if search_rows:
     lines.append(f'Tuned values: the best mean final validation {search_metric} of the '
                  'learning-rate search (held-out training examples; lr_search.csv).')
-  tmp = f'{paths["summary"]}.tmp'
-  with open(tmp, 'w') as f:
+  with atomic.atomic_write(paths['summary']) as f:
     f.write('\n'.join(lines) + '\n')
-  os.replace(tmp, paths['summary'])
   return paths
