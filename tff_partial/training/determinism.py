@@ -16,6 +16,13 @@ functions with stateful random ops serially.
 
 The other sources of run-to-run differences are removed unconditionally by
 the training loop (`tff_partial.training.loop.seeded_shuffle`).
+
+Across machines: TensorFlow sizes a process's intra-op pool by its core count,
+and multi-threaded kernels (Eigen's contractions on the oneDNN-off path) split
+their sums by the pool size, so the same values round differently on 1 and 2
+cores. Clients train on one thread each (`--local_client_parallelism=auto`);
+`fix_intra_op_threads` gives the binary's own process (Keras evaluation, local
+adaptation) a fixed pool size.
 """
 
 import os
@@ -24,6 +31,24 @@ import tensorflow as tf
 from tensorflow.python.eager import context  # pylint: disable=g-direct-tensorflow-import
 
 ENV_VAR = 'TF_DETERMINISTIC_OPS'
+# The intra-op pool of a binary's own process, whatever the machine's core
+# count: the 2 cores of the machines this package is tested on, so their
+# evaluation speed is unchanged.
+PROCESS_INTRA_OP_THREADS = 2
+
+
+def fix_intra_op_threads(threads: int = PROCESS_INTRA_OP_THREADS) -> bool:
+  """Sizes this process's TensorFlow intra-op pool to `threads`.
+
+  Must run before TensorFlow executes its first op; returns False (and
+  changes nothing) if it is too late. Only this process: TFF's worker and
+  the package's local workers size their own pools.
+  """
+  try:
+    tf.config.threading.set_intra_op_parallelism_threads(int(threads))
+  except RuntimeError:  # TensorFlow's context is already initialized.
+    return tf.config.threading.get_intra_op_parallelism_threads() == int(threads)
+  return True
 
 
 def configure(deterministic: bool) -> None:
