@@ -36,6 +36,7 @@ from scripts import flag_groups
 from tff_partial.adaptation import over_seeds
 from tff_partial.sweep import plan
 from tff_partial.sweep import runner as runner_lib
+from tff_partial.training import atomic
 
 _SWEEP_DIR = flags.DEFINE_string('sweep_dir', None, 'A scripts.sweep directory (runs/<config>/seed_<s>).')
 _SET = flags.DEFINE_multi_string(
@@ -168,18 +169,16 @@ def write_summary(out_dir: str, by_config: dict) -> str:
   """adaptation.csv and adaptation.md in out_dir; returns the .md path."""
   os.makedirs(out_dir, exist_ok=True)
   rows = over_seeds.rows(by_config)
-  with open(os.path.join(out_dir, 'adaptation.csv.tmp'), 'w', newline='') as f:
+  with atomic.atomic_write(os.path.join(out_dir, 'adaptation.csv'), newline='') as f:
     writer = csv.DictWriter(f, fieldnames=list(rows[0]))
     writer.writeheader()
     writer.writerows(rows)
-  os.replace(os.path.join(out_dir, 'adaptation.csv.tmp'), os.path.join(out_dir, 'adaptation.csv'))
   table = over_seeds.markdown(by_config)
   path = os.path.join(out_dir, 'adaptation.md')
-  with open(path + '.tmp', 'w') as f:
+  with atomic.atomic_write(path) as f:
     f.write('# Local adaptation over training seeds\n\n'
             'Per config: mean ± sample std over seeds (each seed one `scripts.adapt` run); '
             'accuracies and shares of participants in %.\n\n' + table + '\n')
-  os.replace(path + '.tmp', path)
   return path
 
 
@@ -212,7 +211,7 @@ def main(argv):
         # it, and it has no results to keep.
         shutil.rmtree(out)
       os.makedirs(out, exist_ok=True)
-      with open(os.path.join(out, _ARGV_FILE), 'w') as f:
+      with atomic.atomic_write(os.path.join(out, _ARGV_FILE)) as f:
         json.dump(argvs[run.run_id][1:], f, indent=1)
       return argvs[run.run_id]
 
