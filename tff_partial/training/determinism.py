@@ -27,6 +27,7 @@ adaptation) a fixed pool size.
 
 import os
 
+from absl import logging
 import tensorflow as tf
 from tensorflow.python.eager import context  # pylint: disable=g-direct-tensorflow-import
 
@@ -47,7 +48,11 @@ def fix_intra_op_threads(threads: int = PROCESS_INTRA_OP_THREADS) -> bool:
   try:
     tf.config.threading.set_intra_op_parallelism_threads(int(threads))
   except RuntimeError:  # TensorFlow's context is already initialized.
-    return tf.config.threading.get_intra_op_parallelism_threads() == int(threads)
+    if tf.config.threading.get_intra_op_parallelism_threads() == int(threads):
+      return True
+    logging.warning('TensorFlow already runs: its intra-op pool stays at its size, so this '
+                    "process's evaluation rounds as on this machine's core count")
+    return False
   return True
 
 
