@@ -382,8 +382,6 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
   output_dir = _RESULTS_DIR.value or os.path.join(_RUN_DIR.value or '.', 'adaptation')
-  # Evaluation and adaptation in this process: the same rounding on any core count.
-  determinism.fix_intra_op_threads()
   # Before TFF starts its worker (--train_if_missing), which inherits it.
   determinism.configure(flag_groups.DETERMINISTIC.value)
   try:

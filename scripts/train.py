@@ -157,8 +157,6 @@ def main(argv):
     _fail(f'unexpected arguments: {" ".join(argv[1:])}')
   try:
     _validate_common()
-    # Keras evaluation in this process: the same rounding on any core count.
-    determinism.fix_intra_op_threads()
     # Before TFF starts its worker, which inherits the setting.
     determinism.configure(flag_groups.DETERMINISTIC.value)
     runtime_flags.configure_from_flags()

@@ -117,7 +117,7 @@ class KilledAndRestartedRunsTest(unittest.TestCase):
     # (emnist_cnn, 3 rounds: weights apart by up to 0.014 with TFF's default
     # worker, 2 threads against 1; this test fails with it). The Keras
     # evaluation in the binary's own process runs on a fixed pool of 2
-    # threads (determinism.fix_intra_op_threads); on the machine's cores, its
+    # threads (determinism.configure); on the machine's cores, its
     # test loss differed in the 6th digit on the oneDNN-off path (0.9179401
     # vs 0.9179449).
     cores = sorted(os.sched_getaffinity(0))[:2]

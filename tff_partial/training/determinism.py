@@ -21,8 +21,8 @@ Across machines: TensorFlow sizes a process's intra-op pool by its core count,
 and multi-threaded kernels (Eigen's contractions on the oneDNN-off path) split
 their sums by the pool size, so the same values round differently on 1 and 2
 cores. Clients train on one thread each (`--local_client_parallelism=auto`);
-`fix_intra_op_threads` gives the binary's own process (Keras evaluation, local
-adaptation) a fixed pool size.
+`configure` (via `fix_intra_op_threads`) gives the binary's own process
+(Keras evaluation, local adaptation) a fixed pool size.
 """
 
 import os
@@ -57,11 +57,13 @@ def fix_intra_op_threads(threads: int = PROCESS_INTRA_OP_THREADS) -> bool:
 
 
 def configure(deterministic: bool) -> None:
-  """Turns op determinism on (True) or leaves TensorFlow's default (False).
+  """Fixes this process's intra-op pool (always, `fix_intra_op_threads`) and
+  turns op determinism on (True) or leaves TensorFlow's default (False).
 
-  Call before the first TFF computation runs: TFF's local worker inherits the
-  environment when it starts.
+  Call first thing, before TensorFlow runs an op and before the first TFF
+  computation: TFF's local worker inherits the environment when it starts.
   """
+  fix_intra_op_threads()
   if deterministic:
     os.environ[ENV_VAR] = '1'
     tf.config.experimental.enable_op_determinism()
