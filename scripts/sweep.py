@@ -10,7 +10,15 @@ Every (config, seed) is a `scripts.train` run in its own directory under
 --sweep_dir, --parallel at a time. Rerunning the same command skips finished
 runs and resumes unfinished ones from their checkpoints. Bad input (a flag
 scripts.train does not have, another method's flags, a sweep directory of
-another spec) stops with one line before anything runs. The spec format, the
+another spec) stops with one line before anything runs. --resume_from=<earlier
+sweep dir> starts from an earlier sweep's runs where only --total_rounds (or
+another flag a resumed run may change) differs, e.g. to run a finished sweep on
+to more rounds:
+
+  python -m scripts.sweep --spec=experiments/sweeps/select_fig6_femnist_cnn_800.json \
+      --resume_from=outputs/sweeps/select_fig6_femnist_cnn --parallel=2
+
+The spec format, the
 learning-rate search and the summary's definitions: docs/sweeps.md and
 `tff_partial.sweep`.
 """
@@ -24,6 +32,7 @@ from absl import app
 from absl import flags
 
 from tff_partial import sweep
+from tff_partial.sweep import carry
 from tff_partial.sweep import plan
 
 _SPEC = flags.DEFINE_string('spec', None, 'Sweep spec, a JSON file (docs/sweeps.md).')
@@ -43,6 +52,11 @@ _ONLY = flags.DEFINE_list(
     'only', [], 'Run (and summarize) only the configs whose names match one of these '
     'fnmatch patterns, e.g. "fedavg,select_conv2+select_keys=1*", with the searches they '
     'need; the sweep directory stays the whole spec\'s.')
+_RESUME_FROM = flags.DEFINE_string(
+    'resume_from', None, 'An earlier sweep\'s --sweep_dir: each run of this sweep that it '
+    'has with the same flags up to --total_rounds (and the other flags a resumed run may '
+    'change) is copied from there and trains on from its last checkpoint, e.g. a finished '
+    '400-round sweep run on to 1,500 rounds by a spec that "extends" it.')
 _PARALLEL = flags.DEFINE_integer('parallel', 1, 'Runs at a time.')
 _WORKERS = flags.DEFINE_list(
     'workers', [], 'Running TFF workers (host:port), shared out among the --parallel runs '
@@ -90,8 +104,15 @@ def _print_plan(prepared) -> None:
   print(f'sweep {prepared.spec.name} (spec digest {prepared.spec.digest()}) in '
         f'{prepared.sweep_dir}: {len(prepared.configs)} configs, {len(prepared.runs)} runs, '
         f'{sum(r.total_rounds for r in prepared.runs)} rounds')
+  copies = {c.run.run_id: c for c in prepared.carry.copies} if prepared.carry else {}
+  if prepared.carry:
+    print(carry.describe(prepared.carry))
   for run in prepared.runs:
     state = 'finished' if plan.is_finished(prepared.sweep_dir, run) else 'to run'
+    if (state == 'to run' and run.run_id in copies
+        and not os.path.exists(plan.run_dir(prepared.sweep_dir, run))):
+      copy = copies[run.run_id]
+      state = f'copied from {copy.source}' + (', then trains on' if copy.resume else '')
     tuned = f' (searched values from {run.tuned_by})' if run.tuned_by else ''
     print(f'  {run.run_id}: {run.total_rounds} rounds, {state}{tuned}')
 
@@ -115,7 +136,8 @@ def main(argv):
                                  grid=_GRID.value, seeds=seeds, lr_grid=_LR_GRID.value)
     spec = sweep.from_dict(data)
     sweep_dir = _SWEEP_DIR.value or os.path.join('outputs', 'sweeps', spec.name)
-    prepared = sweep.prepare(spec, sweep_dir, train, only=_ONLY.value)
+    prepared = sweep.prepare(spec, sweep_dir, train, only=_ONLY.value,
+                             resume_from=_RESUME_FROM.value)
   except (sweep.SpecError, sweep.SweepDirError, sweep.CheckError) as e:
     _fail(str(e))
   except KeyboardInterrupt:

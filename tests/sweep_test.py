@@ -261,15 +261,26 @@ class SweepGridTest(absltest.TestCase):
 
 
 class SweepLrSearchTest(absltest.TestCase):
+  """A sweep with a learning-rate search; then run on to more rounds with --resume_from."""
 
-  def test_search_on_validation_then_runs_on_test_with_the_best_rate(self):
-    root = self.create_tempdir().full_path
-    spec_path = _write_spec(root, {
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    cls.root = tempfile.mkdtemp(prefix='sweep_search_test_')
+    cls.spec_path = _write_spec(cls.root, {
         'name': 'tiny_search', 'base': _BASE, 'seeds': [0],
         'lr_search': {'grid': {'client_learning_rate': [0.05, 0.5]},
                       'validation_fraction': 0.5, 'flags': {'total_rounds': 1}}})
-    sweep_dir = os.path.join(root, 'sweep')
-    _run_sweep(spec_path, sweep_dir)
+    cls.sweep_dir = os.path.join(cls.root, 'sweep')
+    _run_sweep(cls.spec_path, cls.sweep_dir)
+
+  @classmethod
+  def tearDownClass(cls):
+    shutil.rmtree(cls.root, ignore_errors=True)
+    super().tearDownClass()
+
+  def test_search_on_validation_then_runs_on_test_with_the_best_rate(self):
+    sweep_dir = self.sweep_dir
     scores = {}
     for lr in ('0.05', '0.5'):
       run_dir = os.path.join(sweep_dir, 'lr_search', 'default', f'client_learning_rate={lr}',
@@ -291,6 +302,41 @@ class SweepLrSearchTest(absltest.TestCase):
     chosen = [r for r in _csv_rows(os.path.join(sweep_dir, 'summary', 'lr_search.csv'))
               if r['chosen'] == 'True']
     self.assertEqual([float(r['client_learning_rate']) for r in chosen], [best])
+
+  def test_resume_from_runs_a_finished_sweep_on_to_the_same_results_as_from_scratch(self):
+    # A spec that "extends" the finished one with 3 rounds instead of 2.
+    longer = os.path.join(self.root, 'tiny_search_3.json')
+    with open(longer, 'w') as f:
+      json.dump({'extends': os.path.basename(self.spec_path), 'name': 'tiny_search_3',
+                 'base': {'total_rounds': 3}}, f)
+    carried = os.path.join(self.root, 'carried')
+    output = _run_sweep(longer, carried, f'--resume_from={self.sweep_dir}')
+    self.assertIn('3 run(s) copied (1 to train on, 2 as they are), 0 not copied', output)
+    final = os.path.join(plan.RUNS_DIR, 'default', 'seed_0')
+    with open(os.path.join(carried, plan.LOGS_DIR, final + '.log')) as f:
+      log = f.read()
+    self.assertEqual(log.count('\n=== '), 2)  # its first run, then the resumed one
+    self.assertIn('Resuming from checkpoint round 2', log.split('\n=== ')[2])
+    for lr in ('0.05', '0.5'):  # the search runs were copied, not run again
+      search = os.path.join('lr_search', 'default', f'client_learning_rate={lr}', 'seed_0')
+      with open(os.path.join(carried, plan.LOGS_DIR, search + '.log')) as f:
+        self.assertEqual(f.read().count('\n=== '), 1, search)
+    # The same sweep from scratch: the same rate chosen, the same 3 rounds bit for bit.
+    scratch = os.path.join(self.root, 'scratch')
+    _run_sweep(longer, scratch)
+    _assert_rows_close(self, _metrics(os.path.join(scratch, final)),
+                       _metrics(os.path.join(carried, final)), final)
+    self.assertEqual(len(_metrics(os.path.join(carried, final))),
+                     len(_metrics(os.path.join(scratch, final))))
+    for x, y in zip(testing_utils.load_npz_weights(os.path.join(scratch, final,
+                                                                'model_weights.npz')),
+                    testing_utils.load_npz_weights(os.path.join(carried, final,
+                                                                'model_weights.npz'))):
+      np.testing.assert_array_equal(x, y)
+    # The earlier sweep is untouched: still finished, with fewer rounds.
+    self.assertTrue(os.path.exists(os.path.join(self.sweep_dir, final, plan.FINISHED_FILE)))
+    self.assertLess(len(_metrics(os.path.join(self.sweep_dir, final))),
+                    len(_metrics(os.path.join(carried, final))))
 
 
 def _check_in_process(argvs):

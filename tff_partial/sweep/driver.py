@@ -10,6 +10,7 @@ import fnmatch
 import os
 from typing import Callable, Optional, Sequence
 
+from tff_partial.sweep import carry as carry_lib
 from tff_partial.sweep import lr_search
 from tff_partial.sweep import manifest
 from tff_partial.sweep import plan
@@ -39,7 +40,11 @@ class TrainInterface:
 
 @dataclasses.dataclass(frozen=True)
 class Prepared:
-  """A checked sweep. resumed: its directory already holds this spec's sweep."""
+  """A checked sweep. resumed: its directory already holds this spec's sweep.
+
+  carry: the runs to copy from an earlier sweep before anything runs
+  (`resume_from`), or None.
+  """
 
   spec: spec_lib.SweepSpec
   sweep_dir: str
@@ -47,6 +52,7 @@ class Prepared:
   runs: list
   resumed: bool
   default_total_rounds: int
+  carry: Optional[carry_lib.CarryPlan] = None
 
 
 def _only(configs, runs, patterns: Sequence[str]) -> tuple:
@@ -63,15 +69,24 @@ def _only(configs, runs, patterns: Sequence[str]) -> tuple:
 
 
 def prepare(spec: spec_lib.SweepSpec, sweep_dir: str, train: TrainInterface,
-            only: Sequence[str] = ()) -> Prepared:
+            only: Sequence[str] = (), resume_from: Optional[str] = None) -> Prepared:
   """Every check, before anything runs or is written; raises with one clear line.
 
   A sweep directory that holds this spec's manifest passed the checks when it
   was written; they are not run again. `only`: fnmatch patterns of config
   names; just those configs (and the searches they need) run and are
   summarized. Every config is checked all the same, and the sweep directory
-  stays the whole spec's.
+  stays the whole spec's. `resume_from`: an earlier sweep's directory whose
+  runs this one starts from where their flags allow (`tff_partial.sweep.carry`).
   """
+  prepared = _prepare(spec, sweep_dir, train, only)
+  if resume_from is None:
+    return prepared
+  return dataclasses.replace(
+      prepared, carry=carry_lib.plan_copies(resume_from, sweep_dir, prepared.runs))
+
+
+def _prepare(spec, sweep_dir, train, only) -> Prepared:
   configs = spec.expand()
   resumed = manifest.check(sweep_dir, spec)
   rounds = manifest.read(sweep_dir).get('default_total_rounds') if resumed else None
@@ -149,6 +164,9 @@ def run(prepared: Prepared, train: TrainInterface, *, parallel: int = 1,
 
   with manifest.Lock(prepared.sweep_dir):
     manifest.write(prepared.sweep_dir, prepared.spec, prepared.default_total_rounds)
+    if prepared.carry is not None:
+      copied = carry_lib.copy_runs(prepared.carry, prepared.sweep_dir)
+      print_fn(f'{carry_lib.describe(prepared.carry)}; {len(copied)} copied now')
     report = runner.Runner(
         prepared.sweep_dir, prepared.runs, command, parallel=parallel, workers=workers,
         name=prepared.spec.name, print_fn=print_fn, interactive=interactive).run()

@@ -17,12 +17,13 @@ import os
 from typing import Any, Mapping, Optional
 
 from tff_partial.sweep import spec as spec_lib
+from tff_partial.training import resumable
 
 SEARCH_DIR = 'lr_search'
 RUNS_DIR = 'runs'
 LOGS_DIR = 'logs'
 SUMMARY_DIR = 'summary'
-FINISHED_FILE = 'final_eval.json'
+FINISHED_FILE = resumable.FINAL_EVAL_FILE
 
 
 @dataclasses.dataclass(frozen=True)

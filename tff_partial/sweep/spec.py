@@ -32,12 +32,19 @@ its flags' values), `"lr_search": {"grid": {...}}` (search this grid instead,
 e.g. the clip norm too for a DP config), or `"lr_from": "<config name>"` (use
 that config's chosen values, e.g. every federated select config at FedAvg's
 tuned rates).
+
+A spec file may start from another (`"extends"`, resolved by `load_spec`),
+e.g. to run an earlier sweep on to more rounds:
+
+  {"extends": "fedpt_table1.json", "name": "fedpt_table1_1500",
+   "description": "...", "base": {"total_rounds": 1500}}
 """
 
 import dataclasses
 import hashlib
 import itertools
 import json
+import os
 import re
 from typing import Any, Mapping, Optional, Sequence
 
@@ -342,8 +349,7 @@ def from_dict(data: Mapping[str, Any]) -> SweepSpec:
   return spec
 
 
-def load_spec(path: str) -> dict:
-  """The JSON object in `path` (SpecError if unreadable)."""
+def _read_json_object(path: str) -> dict:
   try:
     with open(path) as f:
       data = json.load(f)
@@ -354,6 +360,37 @@ def load_spec(path: str) -> dict:
   if not isinstance(data, dict):
     raise SpecError(f'--spec={path} must hold a JSON object')
   return data
+
+
+def load_spec(path: str, _seen: tuple = ()) -> dict:
+  """The JSON object in `path` (SpecError if unreadable), its `"extends"` resolved.
+
+  `"extends": "<spec file>"` (a path relative to this file) starts from that
+  spec: this file's `"base"` flags are added to (or replace) the parent's, and
+  any other key it gives replaces the parent's whole. A spec that runs an
+  earlier one on to more rounds is then its name, description and
+  `"base": {"total_rounds": N}`. The result is the full spec, with the same
+  digest as the same spec written out whole.
+  """
+  data = _read_json_object(path)
+  parent = data.pop('extends', None)
+  if parent is None:
+    return data
+  if not isinstance(parent, str):
+    raise SpecError(f'--spec={path}: "extends" must be the path of another spec file')
+  parent_path = os.path.normpath(os.path.join(os.path.dirname(path), parent))
+  if os.path.realpath(parent_path) in _seen + (os.path.realpath(path),):
+    raise SpecError(f'--spec={path}: "extends" makes a cycle through {parent_path}')
+  if not os.path.isfile(parent_path):
+    raise SpecError(f'--spec={path}: "extends": {parent_path} is not a file (the path is '
+                    'relative to the extending spec)')
+  merged = load_spec(parent_path, _seen + (os.path.realpath(path),))
+  for key, value in data.items():
+    if key == 'base' and isinstance(value, dict) and isinstance(merged.get('base'), dict):
+      merged['base'] = {**merged['base'], **value}
+    else:
+      merged[key] = value
+  return merged
 
 
 def _parse_assignment(text: str, flag: str):

@@ -32,19 +32,13 @@ import tensorflow_federated as tff
 from tasks import registry
 from tff_partial.training import atomic
 from tff_partial.training import method as method_lib
+from tff_partial.training import resumable
 
 _SHUFFLE_BUFFER = 1000
 _FLAGS_FILE = 'flags.json'
-_WEIGHTS_FILE = 'model_weights.npz'
-_FINAL_EVAL_FILE = 'final_eval.json'
-# Flags that may change between a run and its resumption without changing
-# what is computed (`local_client_parallelism`: up to the float rounding of
-# the thread count, which `auto` keeps at one thread per client).
-RESUMABLE_FLAG_CHANGES = frozenset(
-    {'total_rounds', 'rounds_per_eval', 'rounds_per_checkpoint', 'workers',
-     'allow_remote_workers', 'worker_rpc_timeout_s', 'worker_max_clients_per_subround',
-     'deterministic', 'client_loop_resolved', 'local_client_parallelism',
-     'local_client_parallelism_resolved'})
+_WEIGHTS_FILE = resumable.WEIGHTS_FILE
+_FINAL_EVAL_FILE = resumable.FINAL_EVAL_FILE
+RESUMABLE_FLAG_CHANGES = resumable.RESUMABLE_FLAG_CHANGES
 
 
 class RunConfigMismatchError(ValueError):

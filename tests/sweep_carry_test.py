@@ -1,0 +1,182 @@
+"""Tests of `tff_partial.sweep.carry` (`scripts.sweep --resume_from`) on hand-made sweep dirs.
+
+No training: the earlier sweep's run directories are written by hand. That a
+carried run trains on to the same results as a run from scratch is checked
+end to end in sweep_test.py.
+"""
+
+import json
+import os
+
+from absl.testing import absltest
+
+from tff_partial.sweep import carry
+from tff_partial.sweep import manifest
+from tff_partial.sweep import plan
+from tff_partial.sweep import spec as spec_lib
+
+_BASE = {'task': 'emnist_2nn', 'data_source': 'synthetic', 'total_rounds': 4,
+         'client_learning_rate': 0.1}
+_SPEC = {
+    'name': 'earlier', 'base': _BASE,
+    'configs': [{'name': 'fedavg', 'flags': {'algorithm': 'fedavg'}},
+                {'name': 'fixed', 'flags': {'algorithm': 'fedavg', 'client_epochs': 2},
+                 'lr_search': False}],
+    'seeds': [0, 1],
+    'lr_search': {'grid': {'server_learning_rate': [0.5, 1.0]}, 'flags': {'total_rounds': 2}},
+}
+
+
+def _runs(data):
+  spec = spec_lib.from_dict(data)
+  return spec, plan.plan_runs(spec, spec.expand(), default_total_rounds=100)
+
+
+def _make_earlier(directory, data, started=None):
+  """A sweep dir of `data` whose runs (all, or `started`) hold finished outputs."""
+  spec, runs = _runs(data)
+  manifest.write(directory, spec, 100)
+  for run in runs:
+    if started is not None and run.run_id not in started:
+      continue
+    run_dir = plan.run_dir(directory, run)
+    os.makedirs(os.path.join(run_dir, 'checkpoints', 'program_state_4'))
+    for name in ('flags.json', 'metrics.csv', 'final_eval.json', 'model_weights.npz'):
+      with open(os.path.join(run_dir, name), 'w') as f:
+        f.write(run.run_id)
+    os.makedirs(os.path.dirname(plan.log_path(directory, run)), exist_ok=True)
+    with open(plan.log_path(directory, run), 'w') as f:
+      f.write('\n=== first start\n')
+  return runs
+
+
+def _with(data, **changes):
+  out = json.loads(json.dumps(data))
+  for path, value in changes.items():
+    node = out
+    *parents, last = path.split('__')
+    for key in parents:
+      node = node[key]
+    node[last] = value
+  return out
+
+
+class PlanCopiesTest(absltest.TestCase):
+
+  def setUp(self):
+    super().setUp()
+    root = self.create_tempdir().full_path
+    self.earlier = os.path.join(root, 'earlier')
+    self.new = os.path.join(root, 'new')
+
+  def test_more_rounds_copies_every_run_and_trains_the_final_ones_on(self):
+    _make_earlier(self.earlier, _SPEC)
+    _, runs = _runs(_with(_SPEC, base__total_rounds=10))
+    result = carry.plan_copies(self.earlier, self.new, runs)
+    self.assertEqual(result.not_copied, {})
+    self.assertLen(result.copies, len(runs))  # 2 search runs + 2 configs x 2 seeds
+    self.assertLen(runs, 6)
+    self.assertEqual(sorted(c.run.run_id for c in result.copies if c.resume),
+                     sorted(r.run_id for r in runs if not r.is_search))
+    self.assertIn('6 run(s) copied (4 to train on, 2 as they are), 0 not copied',
+                  carry.describe(result))
+
+  def test_what_is_not_copied_and_why(self):
+    # The earlier sweep: client lr 0.1, searches of 2 rounds, seed 1's runs not started.
+    started = {r.run_id for r in _runs(_SPEC)[1] if r.seed == 0 or r.is_search}
+    _make_earlier(self.earlier, _SPEC, started=started)
+    # The new one: searches of 3 rounds; 'fixed' trains 2 rounds (fewer than 4).
+    new = _with(_SPEC, lr_search__flags__total_rounds=3)
+    new['configs'][1]['flags']['total_rounds'] = 2
+    _, runs = _runs(new)
+    result = carry.plan_copies(self.earlier, self.new, runs)
+    self.assertEqual(result.copies, [])
+    reasons = result.not_copied
+    self.assertLen(reasons, 6)
+    for trial in ('server_learning_rate=0.5', 'server_learning_rate=1.0'):
+      self.assertIn('a search run with other flags',
+                    reasons[f'lr_search/fedavg/{trial}/seed_0'])
+    self.assertIn('its search (fedavg) is not copied', reasons['runs/fedavg/seed_0'])
+    self.assertIn('asks for 4 rounds, more than 2', reasons['runs/fixed/seed_0'])
+    self.assertEqual(reasons['runs/fedavg/seed_1'], 'the earlier sweep has not started it')
+
+    # Other flags of a config are named.
+    _, runs = _runs(_with(_SPEC, base__client_learning_rate=0.3))
+    reasons = carry.plan_copies(self.earlier, self.new, runs).not_copied
+    self.assertEqual(reasons['runs/fixed/seed_0'], 'other flags: --client_learning_rate')
+
+    # A config the earlier sweep lacks.
+    extra = _with(_SPEC)
+    extra['configs'].append({'name': 'more', 'flags': {'client_epochs': 3},
+                             'lr_search': False})
+    _, runs = _runs(extra)
+    reasons = carry.plan_copies(self.earlier, self.new, runs).not_copied
+    self.assertEqual(reasons['runs/more/seed_0'], 'not a run of the earlier sweep')
+
+  def test_bad_source_directories(self):
+    _, runs = _runs(_SPEC)
+    with self.assertRaisesRegex(manifest.SweepDirError, 'holds no readable sweep.json'):
+      carry.plan_copies(self.earlier, self.new, runs)
+    with self.assertRaisesRegex(manifest.SweepDirError, 'is --sweep_dir itself'):
+      carry.plan_copies(self.new, self.new + '/', runs)
+
+
+class CopyRunsTest(absltest.TestCase):
+
+  def test_copies_drop_final_outputs_of_runs_that_train_on_and_never_overwrite(self):
+    root = self.create_tempdir().full_path
+    earlier, new = os.path.join(root, 'earlier'), os.path.join(root, 'new')
+    _make_earlier(earlier, _SPEC)
+    _, runs = _runs(_with(_SPEC, base__total_rounds=10))
+    result = carry.plan_copies(earlier, new, runs)
+    # A run the new sweep already started, and the leftover of an interrupted copy.
+    kept = os.path.join(new, 'runs', 'fixed', 'seed_1')
+    os.makedirs(kept)
+    leftover = os.path.join(new, 'runs', 'fixed', 'seed_0.copying')
+    os.makedirs(leftover)
+
+    copied = carry.copy_runs(result, new)
+    self.assertLen(copied, 5)
+    self.assertNotIn('runs/fixed/seed_1', copied)
+    self.assertEqual(os.listdir(kept), [])
+    self.assertFalse(os.path.exists(leftover))
+    final = os.path.join(new, 'runs', 'fedavg', 'seed_0')
+    self.assertEqual(sorted(os.listdir(final)), ['checkpoints', 'flags.json', 'metrics.csv'])
+    search = os.path.join(new, 'lr_search', 'fedavg', 'server_learning_rate=0.5', 'seed_0')
+    self.assertIn('final_eval.json', os.listdir(search))
+    with open(os.path.join(new, 'logs', 'runs', 'fedavg', 'seed_0.log')) as f:
+      self.assertEqual(f.read(), '\n=== first start\n')
+    # The earlier sweep keeps everything.
+    self.assertIn('final_eval.json', os.listdir(os.path.join(earlier, 'runs', 'fedavg', 'seed_0')))
+    # Again: nothing left to copy.
+    self.assertEqual(carry.copy_runs(result, new), [])
+
+
+class ExtendsTest(absltest.TestCase):
+
+  def test_extends_merges_base_and_replaces_other_keys(self):
+    root = self.create_tempdir().full_path
+    os.makedirs(os.path.join(root, 'sub'))
+    with open(os.path.join(root, 'earlier.json'), 'w') as f:
+      json.dump(_SPEC, f)
+    child = {'extends': '../earlier.json', 'name': 'longer', 'base': {'total_rounds': 10},
+             'seeds': [0, 1, 2]}
+    with open(os.path.join(root, 'sub', 'longer.json'), 'w') as f:
+      json.dump(child, f)
+    loaded = spec_lib.load_spec(os.path.join(root, 'sub', 'longer.json'))
+    whole = _with(_SPEC, name='longer', base__total_rounds=10, seeds=[0, 1, 2])
+    self.assertEqual(loaded, whole)
+    self.assertEqual(spec_lib.from_dict(loaded).digest(), spec_lib.from_dict(whole).digest())
+
+    with open(os.path.join(root, 'loop.json'), 'w') as f:
+      json.dump({'extends': 'loop.json', 'name': 'loop'}, f)
+    with self.assertRaisesRegex(spec_lib.SpecError, '"extends" makes a cycle'):
+      spec_lib.load_spec(os.path.join(root, 'loop.json'))
+    with open(os.path.join(root, 'missing.json'), 'w') as f:
+      json.dump({'extends': 'nope.json', 'name': 'x'}, f)
+    with self.assertRaisesRegex(spec_lib.SpecError, 'nope.json is not a file'):
+      spec_lib.load_spec(os.path.join(root, 'missing.json'))
+
+
+if __name__ == '__main__':
+  absltest.main()

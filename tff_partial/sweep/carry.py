@@ -1,0 +1,155 @@
+"""Starting a sweep from the runs of an earlier one (`scripts.sweep --resume_from`).
+
+The typical use: a finished 400-round sweep run on to 1,500 rounds by a spec
+that differs from it only in `total_rounds` (written with `"extends"`,
+`tff_partial.sweep.spec.load_spec`). Every run of the new sweep that the
+earlier sweep has under the same run id, with the same training flags up to
+those a run may change when it resumes (`RESUMABLE_FLAG_CHANGES`, e.g.
+--total_rounds), is copied into the new sweep directory with its log. A
+copied run that trained fewer rounds than the new sweep asks for loses its
+final outputs, so that it resumes from its last checkpoint instead of counting
+as finished; `scripts.train` checks the flags once more when it resumes.
+
+Search runs are copied only when their flags are the same, rounds included;
+a run of a searched config only when every search run its values come from
+was copied too, so that the search chooses the same values it was trained
+with. Runs that are not copied run from scratch. Nothing is ever overwritten:
+a run directory that exists already in the new sweep is left as it is.
+"""
+
+import dataclasses
+import os
+import shutil
+from typing import Optional, Sequence
+
+from tff_partial.sweep import manifest
+from tff_partial.sweep import plan
+from tff_partial.sweep import spec as spec_lib
+from tff_partial.training import resumable
+
+_COPYING_SUFFIX = '.copying'
+
+
+@dataclasses.dataclass(frozen=True)
+class Copy:
+  """One run to copy: from `source` (a run directory of the earlier sweep).
+
+  resume: the run trains on (its final outputs are dropped from the copy).
+  """
+
+  run: plan.Run
+  source: str
+  resume: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class CarryPlan:
+  """What `--resume_from` copies, and why each other run of the new sweep is not copied."""
+
+  source_dir: str
+  copies: list
+  not_copied: dict  # run id -> reason
+
+
+def _flags_except_resumable(run: plan.Run) -> dict:
+  # The searched values are left out here: they are compared through the search runs.
+  flags = plan.train_flags(run, tuned={})
+  return {k: v for k, v in flags.items() if k not in resumable.RESUMABLE_FLAG_CHANGES}
+
+
+def _differences(old: plan.Run, new: plan.Run) -> list:
+  a, b = _flags_except_resumable(old), _flags_except_resumable(new)
+  return sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
+
+
+def plan_copies(source_dir: str, sweep_dir: str, runs: Sequence[plan.Run]) -> CarryPlan:
+  """The runs of `runs` (the new sweep's) that can start from `source_dir`'s.
+
+  Raises `manifest.SweepDirError` when `source_dir` is not a sweep directory
+  or is the new sweep's own.
+  """
+  if os.path.realpath(source_dir) == os.path.realpath(sweep_dir):
+    raise manifest.SweepDirError(
+        f'--resume_from={source_dir} is --sweep_dir itself; a rerun of the same command '
+        'resumes its runs without it')
+  try:
+    saved = manifest.read(source_dir)
+    old_spec = spec_lib.from_dict(saved['spec'])
+    old_rounds = int(saved['default_total_rounds'])
+  except (OSError, ValueError, KeyError, TypeError) as e:
+    raise manifest.SweepDirError(
+        f'--resume_from={source_dir} holds no readable {manifest.MANIFEST_FILE} ({e}); it '
+        'must be the --sweep_dir of an earlier sweep') from e
+  old_runs = {r.run_id: r for r in plan.plan_runs(old_spec, old_spec.expand(), old_rounds)}
+  copies, not_copied = {}, {}
+  for run in sorted(runs, key=lambda r: not r.is_search):  # searches first
+    old = old_runs.get(run.run_id)
+    reason = None
+    if old is None:
+      reason = 'not a run of the earlier sweep'
+    elif not os.path.isdir(plan.run_dir(source_dir, old)):
+      reason = 'the earlier sweep has not started it'
+    elif old.is_search and (plan.train_flags(old) != plan.train_flags(run)
+                            or old.total_rounds != run.total_rounds):
+      reason = 'a search run with other flags (searches are copied only when identical)'
+    elif diff := _differences(old, run):
+      reason = 'other flags: ' + ', '.join(f'--{k}' for k in diff)
+    elif old.total_rounds > run.total_rounds:
+      reason = (f'the earlier run asks for {old.total_rounds} rounds, more than '
+                f'{run.total_rounds}')
+    elif run.tuned_by is not None:
+      searches = plan.dependencies(run, runs)
+      missing = [s for s in searches if s not in copies]
+      if missing:
+        reason = f'its search ({run.tuned_by}) is not copied, so it may choose other values'
+    if reason is None:
+      copies[run.run_id] = Copy(
+          run=run, source=plan.run_dir(source_dir, old),
+          resume=old.total_rounds < run.total_rounds)
+    else:
+      not_copied[run.run_id] = reason
+  return CarryPlan(source_dir=source_dir, copies=list(copies.values()), not_copied=not_copied)
+
+
+def _copy_file(source: str, target: str) -> None:
+  os.makedirs(os.path.dirname(target), exist_ok=True)
+  shutil.copy2(source, target + _COPYING_SUFFIX)
+  os.replace(target + _COPYING_SUFFIX, target)
+
+
+def copy_runs(carry: CarryPlan, sweep_dir: str) -> list:
+  """Copies the planned runs whose directories do not exist yet; their run ids.
+
+  Each run directory is copied under a temporary name and renamed into place,
+  so an interrupted copy leaves no half run directory (its leftover is
+  removed by the next call).
+  """
+  copied = []
+  for item in carry.copies:
+    target = plan.run_dir(sweep_dir, item.run)
+    if os.path.exists(target):
+      continue
+    partial = target + _COPYING_SUFFIX
+    shutil.rmtree(partial, ignore_errors=True)
+    shutil.copytree(item.source, partial, symlinks=True)
+    if item.resume:
+      for name in (resumable.FINAL_EVAL_FILE, resumable.WEIGHTS_FILE):
+        path = os.path.join(partial, name)
+        if os.path.exists(path):
+          os.remove(path)
+    source_log = plan.log_path(carry.source_dir, item.run)
+    if os.path.exists(source_log) and not os.path.exists(plan.log_path(sweep_dir, item.run)):
+      _copy_file(source_log, plan.log_path(sweep_dir, item.run))
+    os.replace(partial, target)
+    copied.append(item.run.run_id)
+  return copied
+
+
+def describe(carry: Optional[CarryPlan]) -> str:
+  """One line: how many runs come from the earlier sweep."""
+  if carry is None:
+    return ''
+  resumed = sum(c.resume for c in carry.copies)
+  return (f'--resume_from={carry.source_dir}: {len(carry.copies)} run(s) copied '
+          f'({resumed} to train on, {len(carry.copies) - resumed} as they are), '
+          f'{len(carry.not_copied)} not copied')
