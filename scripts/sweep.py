@@ -18,9 +18,8 @@ to more rounds:
   python -m scripts.sweep --spec=experiments/sweeps/select_fig6_femnist_cnn_800.json \
       --resume_from=outputs/sweeps/select_fig6_femnist_cnn --parallel=2
 
-The spec format, the
-learning-rate search and the summary's definitions: docs/sweeps.md and
-`tff_partial.sweep`.
+The spec format, the learning-rate search and the summary's definitions:
+docs/sweeps.md and `tff_partial.sweep`.
 """
 
 import json
@@ -113,6 +112,8 @@ def _print_plan(prepared) -> None:
         and not os.path.exists(plan.run_dir(prepared.sweep_dir, run))):
       copy = copies[run.run_id]
       state = f'copied from {copy.source}' + (', then trains on' if copy.resume else '')
+    elif state == 'to run' and prepared.carry and run.run_id in prepared.carry.not_copied:
+      state += f' (not copied: {prepared.carry.not_copied[run.run_id]})'
     tuned = f' (searched values from {run.tuned_by})' if run.tuned_by else ''
     print(f'  {run.run_id}: {run.total_rounds} rounds, {state}{tuned}')
 
