@@ -7,9 +7,11 @@ end to end in sweep_test.py.
 
 import json
 import os
+import sys
 
 from absl.testing import absltest
 
+from tff_partial import sweep
 from tff_partial.sweep import carry
 from tff_partial.sweep import manifest
 from tff_partial.sweep import plan
@@ -150,6 +152,90 @@ class CopyRunsTest(absltest.TestCase):
     self.assertIn('final_eval.json', os.listdir(os.path.join(earlier, 'runs', 'fedavg', 'seed_0')))
     # Again: nothing left to copy.
     self.assertEqual(carry.copy_runs(result, new), [])
+
+
+# A stand-in for scripts.train (no TensorFlow): writes the run's flags and a
+# final evaluation whose accuracy depends on --server_learning_rate only, and
+# appends to trained.txt, so a test sees which runs trained.
+_FAKE_TRAIN = r"""
+import json, os, sys
+flags = {}
+for arg in sys.argv[1:]:
+  key, _, value = arg[2:].partition('=')
+  try:
+    flags[key] = json.loads(value)
+  except ValueError:
+    flags[key] = value
+run_dir = os.path.join(flags.pop('root_output_dir'), flags.pop('experiment_name'))
+os.makedirs(run_dir, exist_ok=True)
+with open(os.path.join(run_dir, 'flags.json'), 'w') as f:
+  json.dump(flags, f)
+score = {0.5: 0.3, 1.0: 0.5, 2.0: 0.4, 4.0: 0.9}[flags.get('server_learning_rate', 1.0)]
+with open(os.path.join(run_dir, 'metrics.csv'), 'w') as f:
+  f.write('round_num,comm/bytes_down_per_client,comm/bytes_up_per_client,'
+          'evaluation/accuracy,evaluation/loss\n')
+  f.write(f'1,8,4,{score},1.0\n')
+with open(os.path.join(run_dir, 'final_eval.json'), 'w') as f:
+  json.dump({'accuracy': score, 'loss': 1.0}, f)
+with open(os.path.join(os.path.dirname(sys.argv[0]), 'trained.txt'), 'a') as f:
+  f.write(run_dir + '\n')
+"""
+
+
+class ExtendedSearchGridTest(absltest.TestCase):
+  """A search grid extended past its edge: finished runs are kept if the choice stands."""
+
+  def setUp(self):
+    super().setUp()
+    self.root = self.create_tempdir().full_path
+    tools = self.create_tempdir().full_path
+    self.script = os.path.join(tools, 'fake_train.py')
+    with open(self.script, 'w') as f:
+      f.write(_FAKE_TRAIN)
+    self.trained_file = os.path.join(tools, 'trained.txt')
+    self.train = sweep.TrainInterface(
+        command=[sys.executable, self.script],
+        check_fn=lambda argvs: ([None] * len(argvs), 4))
+
+  def _sweep(self, name, grid, resume_from=None):
+    data = _with(_SPEC, name=name, lr_search__grid__server_learning_rate=grid)
+    directory = os.path.join(self.root, name)
+    prepared = sweep.prepare(spec_lib.from_dict(data), directory, self.train,
+                             resume_from=resume_from)
+    if os.path.exists(self.trained_file):
+      os.remove(self.trained_file)
+    report, _ = sweep.run(prepared, self.train, parallel=2, print_fn=lambda _: None,
+                          summary_dir=os.path.join(self.root, name + '_summary'),
+                          interactive=False)
+    with open(self.trained_file) as f:
+      trained = sorted(os.path.relpath(line.strip(), directory) for line in f)
+    return prepared, report, trained
+
+  def test_runs_are_copied_when_the_search_chooses_their_values_again(self):
+    _, _, trained = self._sweep('earlier', [0.5, 1.0])
+    self.assertLen(trained, 6)  # 2 search runs, 2 configs x 2 seeds
+
+    # 2.0 scores below 1.0: the search chooses 1.0 again.
+    prepared, report, trained = self._sweep(
+        'wider', [0.5, 1.0, 2.0], resume_from=os.path.join(self.root, 'earlier'))
+    self.assertEqual(sorted(prepared.carry.if_same_choice),
+                     ['runs/fedavg/seed_0', 'runs/fedavg/seed_1'])
+    self.assertIn('4 run(s) copied (0 to train on, 4 as they are), 1 not copied, '
+                  '2 copied if their search chooses as before', carry.describe(prepared.carry))
+    self.assertEqual(trained, ['lr_search/fedavg/server_learning_rate=2.0/seed_0'])
+    self.assertEqual(report.states['runs/fedavg/seed_0'], 'finished_before')
+    self.assertIn('its search chose the same values', report.reasons['runs/fedavg/seed_0'])
+    with open(os.path.join(self.root, 'wider', 'runs', 'fedavg', 'seed_1', 'flags.json')) as f:
+      self.assertEqual(json.load(f)['server_learning_rate'], 1.0)
+
+    # 4.0 scores above 1.0: the config's runs train from scratch with 4.0.
+    _, report, trained = self._sweep(
+        'other', [0.5, 1.0, 4.0], resume_from=os.path.join(self.root, 'earlier'))
+    self.assertEqual(trained, ['lr_search/fedavg/server_learning_rate=4.0/seed_0',
+                               'runs/fedavg/seed_0', 'runs/fedavg/seed_1'])
+    self.assertEqual(report.states['runs/fedavg/seed_0'], 'done')
+    with open(os.path.join(self.root, 'other', 'runs', 'fedavg', 'seed_1', 'flags.json')) as f:
+      self.assertEqual(json.load(f)['server_learning_rate'], 4.0)
 
 
 class ExtendsTest(absltest.TestCase):

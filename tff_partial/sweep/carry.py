@@ -11,16 +11,21 @@ final outputs, so that it resumes from its last checkpoint instead of counting
 as finished; `scripts.train` checks the flags once more when it resumes.
 
 Search runs are copied only when their flags are the same, rounds included;
-a run of a searched config only when every search run its values come from
-was copied too, so that the search chooses the same values it was trained
-with. Runs that are not copied run from scratch. Nothing is ever overwritten:
-a run directory that exists already in the new sweep is left as it is.
+a run of a searched config at once only when every search run its values come
+from was copied too, so that the search chooses the same values it was
+trained with. When the new search has runs of its own (a grid extended past
+the value the earlier search chose at its edge), the config's runs are
+copied later, when their search has finished, and only if it chose the
+values they trained with (`copy_if_same_choice`). Runs that are not copied
+run from scratch. Nothing is ever overwritten: a run directory that exists
+already in the new sweep is left as it is.
 """
 
 import dataclasses
+import json
 import os
 import shutil
-from typing import Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 from tff_partial.sweep import manifest
 from tff_partial.sweep import plan
@@ -49,6 +54,8 @@ class CarryPlan:
   source_dir: str
   copies: list
   not_copied: dict  # run id -> reason
+  # run id -> Copy, copied when the run starts if its search chose its values.
+  if_same_choice: dict = dataclasses.field(default_factory=dict)
 
 
 def _flags_except_resumable(run: plan.Run) -> dict:
@@ -81,7 +88,7 @@ def plan_copies(source_dir: str, sweep_dir: str, runs: Sequence[plan.Run]) -> Ca
         f'--resume_from={source_dir} holds no readable {manifest.MANIFEST_FILE} ({e}); it '
         'must be the --sweep_dir of an earlier sweep') from e
   old_runs = {r.run_id: r for r in plan.plan_runs(old_spec, old_spec.expand(), old_rounds)}
-  copies, not_copied = {}, {}
+  copies, not_copied, later = {}, {}, {}
   for run in sorted(runs, key=lambda r: not r.is_search):  # searches first
     old = old_runs.get(run.run_id)
     reason = None
@@ -101,14 +108,18 @@ def plan_copies(source_dir: str, sweep_dir: str, runs: Sequence[plan.Run]) -> Ca
       searches = plan.dependencies(run, runs)
       missing = [s for s in searches if s not in copies]
       if missing:
-        reason = f'its search ({run.tuned_by}) is not copied, so it may choose other values'
+        later[run.run_id] = Copy(run=run, source=plan.run_dir(source_dir, old),
+                                 resume=old.total_rounds < run.total_rounds)
+        reason = (f'its search ({run.tuned_by}) is not copied whole: copied when that search '
+                  'has finished, if it chooses the values this run trained with')
     if reason is None:
       copies[run.run_id] = Copy(
           run=run, source=plan.run_dir(source_dir, old),
           resume=old.total_rounds < run.total_rounds)
     else:
       not_copied[run.run_id] = reason
-  return CarryPlan(source_dir=source_dir, copies=list(copies.values()), not_copied=not_copied)
+  return CarryPlan(source_dir=source_dir, copies=list(copies.values()), not_copied=not_copied,
+                   if_same_choice=later)
 
 
 def _copy_file(source: str, target: str) -> None:
@@ -124,25 +135,50 @@ def copy_runs(carry: CarryPlan, sweep_dir: str) -> list:
   so an interrupted copy leaves no half run directory (its leftover is
   removed by the next call).
   """
-  copied = []
-  for item in carry.copies:
-    target = plan.run_dir(sweep_dir, item.run)
-    if os.path.exists(target):
-      continue
-    partial = target + _COPYING_SUFFIX
-    shutil.rmtree(partial, ignore_errors=True)
-    shutil.copytree(item.source, partial, symlinks=True)
-    if item.resume:
-      for name in (resumable.FINAL_EVAL_FILE, resumable.WEIGHTS_FILE):
-        path = os.path.join(partial, name)
-        if os.path.exists(path):
-          os.remove(path)
-    source_log = plan.log_path(carry.source_dir, item.run)
-    if os.path.exists(source_log) and not os.path.exists(plan.log_path(sweep_dir, item.run)):
-      _copy_file(source_log, plan.log_path(sweep_dir, item.run))
-    os.replace(partial, target)
-    copied.append(item.run.run_id)
-  return copied
+  return [item.run.run_id for item in carry.copies
+          if _copy_run(item, carry.source_dir, sweep_dir)]
+
+
+def _copy_run(item: Copy, source_dir: str, sweep_dir: str) -> bool:
+  """Copies one run (and its log) unless its directory exists; whether it did."""
+  target = plan.run_dir(sweep_dir, item.run)
+  if os.path.exists(target):
+    return False
+  partial = target + _COPYING_SUFFIX
+  shutil.rmtree(partial, ignore_errors=True)
+  shutil.copytree(item.source, partial, symlinks=True)
+  if item.resume:
+    for name in (resumable.FINAL_EVAL_FILE, resumable.WEIGHTS_FILE):
+      path = os.path.join(partial, name)
+      if os.path.exists(path):
+        os.remove(path)
+  source_log = plan.log_path(source_dir, item.run)
+  if os.path.exists(source_log) and not os.path.exists(plan.log_path(sweep_dir, item.run)):
+    _copy_file(source_log, plan.log_path(sweep_dir, item.run))
+  os.replace(partial, target)
+  return True
+
+
+def copy_if_same_choice(carry: Optional[CarryPlan], sweep_dir: str, run: plan.Run,
+                        values: Mapping[str, Any]) -> bool:
+  """Copies `run` from the earlier sweep if its search chose what it trained with.
+
+  For the runs of `carry.if_same_choice`, called when the run is about to
+  start, with the values its (finished) search chose. The earlier run's
+  values are read from its recorded flags (`flags.json`). Returns whether the
+  run directory now holds the earlier run (False: train from scratch).
+  """
+  item = (carry.if_same_choice.get(run.run_id) if carry else None)
+  if item is None or os.path.exists(plan.run_dir(sweep_dir, run)):
+    return False
+  try:
+    with open(os.path.join(item.source, resumable.FLAGS_FILE)) as f:
+      trained = json.load(f)
+  except (OSError, ValueError):
+    return False
+  if any(k not in trained or trained[k] != v for k, v in values.items()):
+    return False
+  return _copy_run(item, carry.source_dir, sweep_dir)
 
 
 def describe(carry: Optional[CarryPlan]) -> str:
@@ -150,6 +186,8 @@ def describe(carry: Optional[CarryPlan]) -> str:
   if carry is None:
     return ''
   resumed = sum(c.resume for c in carry.copies)
+  later = len(carry.if_same_choice)
   return (f'--resume_from={carry.source_dir}: {len(carry.copies)} run(s) copied '
           f'({resumed} to train on, {len(carry.copies) - resumed} as they are), '
-          f'{len(carry.not_copied)} not copied')
+          f'{len(carry.not_copied) - later} not copied'
+          + (f', {later} copied if their search chooses as before' if later else ''))

@@ -160,6 +160,10 @@ def run(prepared: Prepared, train: TrainInterface, *, parallel: int = 1,
         tuned = choices.get(r.tuned_by).values
       except ValueError as e:
         raise runner.SkipRun(str(e)) from e
+      if (carry_lib.copy_if_same_choice(prepared.carry, prepared.sweep_dir, r, tuned)
+          and plan.is_finished(prepared.sweep_dir, r)):
+        raise runner.AlreadyFinished(
+            f'copied from {prepared.carry.source_dir}: its search chose the same values')
     return list(train.command) + plan.train_argv(prepared.sweep_dir, r, tuned)
 
   with manifest.Lock(prepared.sweep_dir):

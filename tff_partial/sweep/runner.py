@@ -45,6 +45,10 @@ class SkipRun(Exception):
   """Raised by a command function: the run cannot start (the message says why)."""
 
 
+class AlreadyFinished(Exception):
+  """Raised by a command function: the run needs no training (the message says why)."""
+
+
 @dataclasses.dataclass
 class _Job:
   run: plan.Run
@@ -156,6 +160,9 @@ class Runner:
       argv = list(self._command_fn(job.run))
     except SkipRun as e:
       job.state, job.reason = 'skipped', str(e)
+      return
+    except AlreadyFinished as e:
+      job.state, job.reason = 'finished_before', str(e)
       return
     if self._slot_workers is not None:
       argv.append(f'--workers={",".join(self._slot_workers[slot])}')

@@ -35,10 +35,6 @@ from tff_partial.training import method as method_lib
 from tff_partial.training import resumable
 
 _SHUFFLE_BUFFER = 1000
-_FLAGS_FILE = 'flags.json'
-_WEIGHTS_FILE = resumable.WEIGHTS_FILE
-_FINAL_EVAL_FILE = resumable.FINAL_EVAL_FILE
-RESUMABLE_FLAG_CHANGES = resumable.RESUMABLE_FLAG_CHANGES
 
 
 class RunConfigMismatchError(ValueError):
@@ -261,12 +257,12 @@ def check_or_save_flags(output_dir: str, run_flags: dict,
   started) counts as having had its value in `flag_defaults`, so a run keeps
   resuming across such an upgrade as long as the new flag is left at its default.
   """
-  path = os.path.join(output_dir, _FLAGS_FILE)
+  path = os.path.join(output_dir, resumable.FLAGS_FILE)
   if os.path.exists(path):
     with open(path) as f:
       saved = json.load(f)
     saved = {**(flag_defaults or {}), **saved}
-    keys = (set(saved) | set(run_flags)) - RESUMABLE_FLAG_CHANGES
+    keys = (set(saved) | set(run_flags)) - resumable.RESUMABLE_FLAG_CHANGES
     diff = sorted(k for k in keys if saved.get(k) != run_flags.get(k))
     if diff:
       details = ', '.join(f'--{k}: saved {saved.get(k)!r} vs now {run_flags.get(k)!r}' for k in diff)
@@ -283,7 +279,7 @@ def save_model_weights(output_dir: str, task: registry.Task, model_weights) -> s
   """Writes the Keras `model.get_weights()` list of the model as an .npz (atomically)."""
   model = task.keras_model_fn()
   model_weights.assign_weights_to(model)
-  path = os.path.join(output_dir, _WEIGHTS_FILE)
+  path = os.path.join(output_dir, resumable.WEIGHTS_FILE)
   with atomic.atomic_write(path, 'wb') as f:
     np.savez(f, *model.get_weights())
   return path
@@ -291,10 +287,10 @@ def save_model_weights(output_dir: str, task: registry.Task, model_weights) -> s
 
 def _read_final_eval(output_dir: str) -> Optional[dict]:
   """final_eval.json of a finished run, or None when it has none."""
-  if not os.path.exists(os.path.join(output_dir, _WEIGHTS_FILE)):
+  if not os.path.exists(os.path.join(output_dir, resumable.WEIGHTS_FILE)):
     return None
   try:
-    with open(os.path.join(output_dir, _FINAL_EVAL_FILE)) as f:
+    with open(os.path.join(output_dir, resumable.FINAL_EVAL_FILE)) as f:
       return json.load(f)
   except FileNotFoundError:
     return None
@@ -303,7 +299,7 @@ def _read_final_eval(output_dir: str) -> Optional[dict]:
 def load_model_weights(run_dir: str, task: registry.Task) -> tff.learning.models.ModelWeights:
   """Reads `model_weights.npz` of a run into the task's model weights."""
   model = task.keras_model_fn()
-  with np.load(os.path.join(run_dir, _WEIGHTS_FILE)) as data:
+  with np.load(os.path.join(run_dir, resumable.WEIGHTS_FILE)) as data:
     model.set_weights([data[f'arr_{i}'] for i in range(len(data.files))])
   return tff.learning.models.ModelWeights.from_model(model)
 
@@ -409,7 +405,7 @@ def run_training(
     # round; without the mark, a kill after the new last checkpoint is not
     # taken for a finished run.
     with contextlib.suppress(FileNotFoundError):
-      os.remove(os.path.join(output_dir, _FINAL_EVAL_FILE))
+      os.remove(os.path.join(output_dir, resumable.FINAL_EVAL_FILE))
 
   if state_manager is None:
     # No checkpoints: give run_training_process a process whose initialize is
@@ -443,7 +439,7 @@ def run_training(
 def _write_final_outputs(output_dir, task, final_weights, final_eval) -> None:
   """model_weights.npz, then final_eval.json (the mark of a finished run)."""
   save_model_weights(output_dir, task, final_weights)
-  with atomic.atomic_write(os.path.join(output_dir, _FINAL_EVAL_FILE)) as f:
+  with atomic.atomic_write(os.path.join(output_dir, resumable.FINAL_EVAL_FILE)) as f:
     json.dump(final_eval, f, indent=2)
 
 

@@ -17,3 +17,5 @@ RESUMABLE_FLAG_CHANGES = frozenset(
 # directory without them resumes from its last checkpoint (`loop`).
 FINAL_EVAL_FILE = 'final_eval.json'
 WEIGHTS_FILE = 'model_weights.npz'
+# A run's flags, written when it starts and checked when it resumes (`loop`).
+FLAGS_FILE = 'flags.json'
