@@ -112,6 +112,10 @@ def _print_plan(prepared) -> None:
         and not os.path.exists(plan.run_dir(prepared.sweep_dir, run))):
       copy = copies[run.run_id]
       state = f'copied from {copy.source}' + (', then trains on' if copy.resume else '')
+    elif (state == 'to run' and prepared.carry
+          and run.run_id in prepared.carry.if_same_choice):
+      state = (f'copied from {prepared.carry.if_same_choice[run.run_id].source} if its '
+               'search chooses the values it trained with, else to run')
     elif state == 'to run' and prepared.carry and run.run_id in prepared.carry.not_copied:
       state += f' (not copied: {prepared.carry.not_copied[run.run_id]})'
     tuned = f' (searched values from {run.tuned_by})' if run.tuned_by else ''
