@@ -69,6 +69,11 @@ def _differences(old: plan.Run, new: plan.Run) -> list:
   return sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
 
 
+def _copy_of(run: plan.Run, old: plan.Run, source_dir: str) -> Copy:
+  return Copy(run=run, source=plan.run_dir(source_dir, old),
+              resume=old.total_rounds < run.total_rounds)
+
+
 def plan_copies(source_dir: str, sweep_dir: str, runs: Sequence[plan.Run]) -> CarryPlan:
   """The runs of `runs` (the new sweep's) that can start from `source_dir`'s.
 
@@ -108,14 +113,11 @@ def plan_copies(source_dir: str, sweep_dir: str, runs: Sequence[plan.Run]) -> Ca
       searches = plan.dependencies(run, runs)
       missing = [s for s in searches if s not in copies]
       if missing:
-        later[run.run_id] = Copy(run=run, source=plan.run_dir(source_dir, old),
-                                 resume=old.total_rounds < run.total_rounds)
+        later[run.run_id] = _copy_of(run, old, source_dir)
         reason = (f'its search ({run.tuned_by}) is not copied whole: copied when that search '
                   'has finished, if it chooses the values this run trained with')
     if reason is None:
-      copies[run.run_id] = Copy(
-          run=run, source=plan.run_dir(source_dir, old),
-          resume=old.total_rounds < run.total_rounds)
+      copies[run.run_id] = _copy_of(run, old, source_dir)
     else:
       not_copied[run.run_id] = reason
   return CarryPlan(source_dir=source_dir, copies=list(copies.values()), not_copied=not_copied,
