@@ -176,6 +176,10 @@ def run(prepared: Prepared, train: TrainInterface, *, parallel: int = 1,
         name=prepared.spec.name, print_fn=print_fn, interactive=interactive).run()
   for run_id, reason in report.reasons.items():
     print_fn(f'{report.states[run_id]}: {run_id}: {reason}')
+  for config, choice in choices.available().items():
+    if choice.at_edge:
+      print_fn(f'warning: the search of {config} chose a value at its grid\'s edge: '
+               f'{choice.edge_text()}; widen the grid (docs/sweeps.md)')
   return report, summarize(prepared, summary_dir=summary_dir, choices=choices)
 
 
@@ -192,9 +196,10 @@ def summarize(prepared: Prepared, *, summary_dir: Optional[str] = None,
                                   for r in config_runs) if x is not None]
     results += config_results
     tuned_by = config.name if config.tune else config.lr_from
-    tuned = choices[tuned_by].values if tuned_by in choices else {}
+    choice = choices.get(tuned_by)
     summaries.append(summary.summarize_config(
-        config, config_runs, config_results, metric=options.metric, tuned=tuned,
+        config, config_runs, config_results, metric=options.metric,
+        tuned=choice.values if choice else {}, choice=choice,
         tolerance=options.plateau_tolerance, window=int(options.plateau_window)))
   out_dir = summary_dir or os.path.join(sweep_dir, plan.SUMMARY_DIR)
   paths = summary.write(

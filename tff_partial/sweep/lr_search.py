@@ -53,6 +53,37 @@ class Choice:
   score: float
   trials: list
 
+  @property
+  def at_edge(self) -> dict:
+    """Searched flags whose chosen value is the grid's smallest or largest: flag -> which.
+
+    Such a search has not shown that the best value lies inside its grid: a
+    value beyond the edge may be better (docs/sweeps.md, "Widening a search
+    whose choice sat at the grid's edge"). Only numeric flags searched over
+    two or more values are judged; values without an order are not.
+    """
+    edges = {}
+    for flag, value in self.values.items():
+      grid = {t.values[flag] for t in self.trials}
+      if len(grid) < 2 or not all(_is_number(v) for v in grid):
+        continue
+      if value == min(grid):
+        edges[flag] = 'smallest'
+      elif value == max(grid):
+        edges[flag] = 'largest'
+    return edges
+
+  def edge_text(self) -> str:
+    """One line naming each edge choice ('' if none)."""
+    return '; '.join(
+        f'{flag} = {self.values[flag]:g} is the {which} value of its grid '
+        f'({", ".join(f"{v:g}" for v in sorted({t.values[flag] for t in self.trials}))})'
+        for flag, which in self.at_edge.items())
+
+
+def _is_number(value) -> bool:
+  return isinstance(value, (int, float)) and not isinstance(value, bool)
+
 
 def read_metrics(run_dir: str, metric: str) -> tuple:
   """(`metric`, loss) from the run's final_eval.json; (None, None) if it did not finish."""

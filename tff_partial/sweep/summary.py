@@ -158,12 +158,18 @@ class ConfigSummary:
   last_round: Optional[int]
   bytes_down: float
   bytes_up: float
+  tuned_by: Optional[str] = None  # the config whose search chose `tuned`
+  tuned_at_edge: Mapping[str, str] = dataclasses.field(default_factory=dict)
+  edge_note: str = ''  # `lr_search.Choice.edge_text` of that search
 
 
 def summarize_config(config, runs: Sequence[plan.Run], results: Sequence[RunResult], *,
                      metric: str, tuned: Mapping[str, Any], tolerance: float,
-                     window: int) -> ConfigSummary:
-  """The summary of one config from its runs' results (finished runs only)."""
+                     window: int, choice=None) -> ConfigSummary:
+  """The summary of one config from its runs' results (finished runs only).
+
+  `choice`: the `lr_search.Choice` that chose `tuned` (its edge choices are reported).
+  """
   seeds = tuple(r.seed for r in results)
   missing = tuple(r.seed for r in runs if r.seed not in seeds)
   maximize = metric != 'loss'
@@ -196,7 +202,10 @@ def summarize_config(config, runs: Sequence[plan.Run], results: Sequence[RunResu
       best_round=best_round, best_value=best_value, plateau_round=plateau,
       plateaued=plateaued, last_round=last,
       bytes_down=float(np.mean([r.bytes_down for r in results])) if results else math.nan,
-      bytes_up=float(np.mean([r.bytes_up for r in results])) if results else math.nan)
+      bytes_up=float(np.mean([r.bytes_up for r in results])) if results else math.nan,
+      tuned_by=choice.config if choice else None,
+      tuned_at_edge=dict(choice.at_edge) if choice else {},
+      edge_note=choice.edge_text() if choice else '')
 
 
 def _cell(value) -> str:
@@ -235,6 +244,8 @@ def summary_rows(summaries: Sequence[ConfigSummary], metric: str) -> list:
                 'last_round': s.last_round,
                 'bytes_down_per_client': s.bytes_down, 'bytes_up_per_client': s.bytes_up,
                 'bytes_total_per_client': s.bytes_down + s.bytes_up})
+    if tuned:
+      row['tuned_at_grid_edge'] = ';'.join(f'{k}={v}' for k, v in s.tuned_at_edge.items())
     rows.append(row)
   return rows
 
@@ -314,6 +325,15 @@ def write(out_dir: str, *, name: str, description: str, summaries: Sequence[Conf
               _cell(s.plateaued),
               '' if math.isnan(s.bytes_down) else f'{(s.bytes_down + s.bytes_up) / 1e6:.1f}'])
     lines.append('| ' + ' | '.join(cells) + ' |')
+  at_edge = [s for s in summaries if s.tuned_at_edge]
+  if at_edge:
+    lines += ['', '**Warning: a searched value at its grid\'s edge.** A value beyond the edge '
+              'may be better, so these configs may be under-tuned; widen the grid and rerun with '
+              '`--resume_from` (docs/sweeps.md, "Widening a search whose choice sat at the '
+              'grid\'s edge"):']
+    for s in at_edge:
+      source = '' if s.tuned_by == s.config else f' (values from `{s.tuned_by}`\'s search)'
+      lines.append(f'- `{s.config}`{source}: {s.edge_note}.')
   lines += ['', '| config | flags beyond the base |', '|---|---|']
   for s in summaries:
     flags = ' '.join(f'--{k}={_cell(v)}' for k, v in s.own_flags.items())
