@@ -196,11 +196,10 @@ def summarize(prepared: Prepared, *, summary_dir: Optional[str] = None,
                                   for r in config_runs) if x is not None]
     results += config_results
     tuned_by = config.name if config.tune else config.lr_from
-    choice = choices.get(tuned_by)
     summaries.append(summary.summarize_config(
         config, config_runs, config_results, metric=options.metric,
-        tuned=choice.values if choice else {}, choice=choice,
-        tolerance=options.plateau_tolerance, window=int(options.plateau_window)))
+        tolerance=options.plateau_tolerance, window=int(options.plateau_window),
+        choice=choices.get(tuned_by)))
   out_dir = summary_dir or os.path.join(sweep_dir, plan.SUMMARY_DIR)
   paths = summary.write(
       out_dir, name=spec.name, description=spec.description, summaries=summaries,

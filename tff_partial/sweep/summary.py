@@ -32,6 +32,7 @@ from typing import Any, Mapping, Optional, Sequence
 import numpy as np
 from scipy import stats
 
+from tff_partial.sweep import lr_search
 from tff_partial.sweep import plan
 from tff_partial.training import atomic
 
@@ -164,11 +165,12 @@ class ConfigSummary:
 
 
 def summarize_config(config, runs: Sequence[plan.Run], results: Sequence[RunResult], *,
-                     metric: str, tuned: Mapping[str, Any], tolerance: float,
-                     window: int, choice=None) -> ConfigSummary:
+                     metric: str, tolerance: float, window: int,
+                     choice: Optional[lr_search.Choice] = None) -> ConfigSummary:
   """The summary of one config from its runs' results (finished runs only).
 
-  `choice`: the `lr_search.Choice` that chose `tuned` (its edge choices are reported).
+  `choice`: the search that chose the config's tuned values, if any (its own
+  or its `lr_from` config's).
   """
   seeds = tuple(r.seed for r in results)
   missing = tuple(r.seed for r in runs if r.seed not in seeds)
@@ -193,7 +195,8 @@ def summarize_config(config, runs: Sequence[plan.Run], results: Sequence[RunResu
     last = int(kept[-1])
     plateaued = plateau <= PLATEAUED_FRACTION * last
   return ConfigSummary(
-      config=config.name, own_flags=dict(config.own_flags), tuned=dict(tuned),
+      config=config.name, own_flags=dict(config.own_flags),
+      tuned=dict(choice.values) if choice else {},
       seeds=seeds, missing_seeds=missing,
       metric=describe([r.final[metric] for r in results]),
       loss=describe([r.final['loss'] for r in results]),
