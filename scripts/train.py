@@ -24,9 +24,11 @@ from scripts import methods
 from scripts import runtime_flags
 from scripts.methods import aggregators
 from tasks import registry
+from tff_partial.bench import machine
 from tff_partial.training import determinism
 from tff_partial.training import loop
 from tff_partial.training import method as method_lib
+from tff_partial.training import resumable
 
 # Importing the method modules defines their flag groups.
 _METHOD_MODULES = methods.all_method_modules()
@@ -96,6 +98,9 @@ def run_flags(attribute: str = 'value') -> dict:
     # What --local_client_parallelism chose on this machine (speed only).
     values['local_client_parallelism_resolved'] = (
         runtime_flags.describe_local_parallelism())
+  if attribute == 'value':
+    # Where it computes: the two oneDNN paths round differently (recorded, not compared).
+    values[resumable.CPU_PATH_KEY] = machine.cpu_path()
   return dict(sorted(values.items()))
 
 

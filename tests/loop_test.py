@@ -153,6 +153,19 @@ class FlagsFileTest(tf.test.TestCase):
     loop.check_or_save_flags(out, {'task': 'emnist_cnn', 'seed': 0, 'workers': ['a:1'],
                                    'worker_max_clients_per_subround': 5})
 
+  def test_a_run_resumed_on_another_cpu_path_resumes_with_a_warning(self):
+    out = self.create_tempdir().full_path
+    flags = {'task': 'emnist_cnn', 'seed': 0, 'cpu_path_resolved': 'CPU A; oneDNN on'}
+    loop.check_or_save_flags(out, flags)
+    with self.assertNoLogs(level='WARNING'):
+      loop.check_or_save_flags(out, flags)
+    with self.assertLogs(level='WARNING') as logs:
+      loop.check_or_save_flags(out, {**flags, 'cpu_path_resolved': 'CPU B; oneDNN off'})
+    self.assertIn('started on another CPU path (CPU A; oneDNN on) than it resumes on '
+                  '(CPU B; oneDNN off)', logs.output[0])
+    with open(os.path.join(out, 'flags.json')) as f:  # the record of where it started
+      self.assertIn('CPU A; oneDNN on', f.read())
+
 
 class FemnistFedAvgLearnsTest(tf.test.TestCase):
   """FedAvg on the real FEMNIST sample learns far above chance (1/62 = 1.6%)."""

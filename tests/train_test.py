@@ -8,6 +8,7 @@ import tensorflow as tf
 
 from scripts import train  # pylint: disable=unused-import  (defines the flags)
 from tests import testing_utils
+from tff_partial.bench import machine
 
 FLAGS = flags.FLAGS
 
@@ -39,6 +40,8 @@ class TrainBinaryTest(tf.test.TestCase):
       rows = f.read().strip().splitlines()
     self.assertLen(rows, 4)  # header + rounds 0..2
     self.assertIn('comm/bytes_up_per_client', rows[0])
+    with open(os.path.join(run_dir, 'flags.json')) as f:
+      self.assertEqual(json.load(f)['cpu_path_resolved'], machine.cpu_path())
 
   def test_dry_run_reports_the_contract_keys(self):
     code, out, _ = _run_main(task='emnist_cnn', data_source='synthetic', dry_run=True,

@@ -35,6 +35,7 @@ from scipy import stats
 from tff_partial.sweep import lr_search
 from tff_partial.sweep import plan
 from tff_partial.training import atomic
+from tff_partial.training import resumable
 
 PLATEAUED_FRACTION = 0.8
 
@@ -109,6 +110,15 @@ class RunResult:
   cumulative_bytes: np.ndarray  # bytes per client (down + up) up to each of `rounds`
   bytes_down: int
   bytes_up: int
+  cpu_path: str = ''  # flags.json's record of where it started ('' in runs before it)
+
+
+def _cpu_path(directory: str) -> str:
+  try:
+    with open(os.path.join(directory, resumable.FLAGS_FILE)) as f:
+      return str(json.load(f).get(resumable.CPU_PATH_KEY, ''))
+  except (OSError, ValueError, AttributeError):
+    return ''
 
 
 def read_run(sweep_dir: str, run: plan.Run, metric: str) -> Optional[RunResult]:
@@ -134,7 +144,8 @@ def read_run(sweep_dir: str, run: plan.Run, metric: str) -> Optional[RunResult]:
       loss=np.array([_float(r.get('evaluation/loss')) for r in evaluated]),
       cumulative_bytes=np.array([cumulative.get(int(k), 0) for k in rounds], dtype=np.int64),
       bytes_down=sum(d for d, _ in per_round.values()),
-      bytes_up=sum(u for _, u in per_round.values()))
+      bytes_up=sum(u for _, u in per_round.values()),
+      cpu_path=_cpu_path(directory))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -278,6 +289,22 @@ def _interval(st: Stats, scale: float = 1.0) -> str:
   return f'[{scale * st.ci_low:.2f}, {scale * st.ci_high:.2f}]'
 
 
+def _cpu_path_note(results: Sequence[RunResult]) -> list:
+  """Lines naming the CPU paths of `results` when they are more than one ([] if not)."""
+  by_path = {}
+  for r in results:
+    by_path.setdefault(r.cpu_path or 'not recorded (a run from before the record)',
+                       []).append(r)
+  if len(by_path) < 2:
+    return []
+  lines = ['', '**Runs from more than one CPU path.** The oneDNN paths round differently, so the '
+           'same flags and seed give other numbers on each (runs.csv, column `cpu_path`):']
+  for path, runs in by_path.items():
+    configs = sorted({r.config for r in runs})
+    lines.append(f'- {path}: {len(runs)} run(s) of ' + ', '.join(f'`{c}`' for c in configs))
+  return lines
+
+
 def write(out_dir: str, *, name: str, description: str, summaries: Sequence[ConfigSummary],
           results: Sequence[RunResult], choices: Mapping[str, Any], metric: str,
           tolerance: float, window: int, search_metric: str = 'accuracy') -> dict:
@@ -295,7 +322,7 @@ def write(out_dir: str, *, name: str, description: str, summaries: Sequence[Conf
     run_rows.append({'run': r.run_id, 'config': r.config, 'seed': r.seed,
                      f'test_{metric}': r.final[metric], 'test_loss': r.final['loss'],
                      'plateau_round': plateau, 'bytes_down_per_client': r.bytes_down,
-                     'bytes_up_per_client': r.bytes_up})
+                     'bytes_up_per_client': r.bytes_up, 'cpu_path': r.cpu_path})
   _write_csv(paths['runs'], run_rows)
   search_rows = []
   for config, choice in choices.items():
@@ -337,6 +364,7 @@ def write(out_dir: str, *, name: str, description: str, summaries: Sequence[Conf
     for s in at_edge:
       source = '' if s.tuned_by == s.config else f' (values from `{s.tuned_by}`\'s search)'
       lines.append(f'- `{s.config}`{source}: {s.edge_note}.')
+  lines += _cpu_path_note(results)
   lines += ['', '| config | flags beyond the base |', '|---|---|']
   for s in summaries:
     flags = ' '.join(f'--{k}={_cell(v)}' for k, v in s.own_flags.items())

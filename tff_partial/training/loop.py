@@ -269,6 +269,11 @@ def check_or_save_flags(output_dir: str, run_flags: dict,
       raise RunConfigMismatchError(
           f'{output_dir} holds a run with different flags ({details}); use another '
           '--experiment_name or --root_output_dir, or the same flags to resume it')
+    started, now = saved.get(resumable.CPU_PATH_KEY), run_flags.get(resumable.CPU_PATH_KEY)
+    if started and now and started != now:
+      logging.warning('%s started on another CPU path (%s) than it resumes on (%s): the '
+                      'paths round differently, so its results mix both', output_dir,
+                      started, now)
     return
   os.makedirs(output_dir, exist_ok=True)
   with atomic.atomic_write(path) as f:
