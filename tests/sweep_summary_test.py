@@ -15,8 +15,8 @@ from tff_partial.sweep import driver
 from tff_partial.sweep import plan
 from tff_partial.sweep import spec as spec_lib
 
-_PATH_A = 'CPU A; AVX-512 no; oneDNN: Python TF off, TFF worker off (TF_ENABLE_ONEDNN_OPTS=0)'
-_PATH_B = 'CPU B; AVX-512 yes; oneDNN: Python TF on, TFF worker on (TF_ENABLE_ONEDNN_OPTS unset)'
+_PATH_A = 'CPU A; AVX-512 no; oneDNN off (TF_ENABLE_ONEDNN_OPTS=0)'
+_PATH_B = 'CPU B; AVX-512 yes; oneDNN on (TF_ENABLE_ONEDNN_OPTS unset)'
 
 
 def _write_run(sweep_dir, run, accuracy, cpu_path):
