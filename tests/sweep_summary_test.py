@@ -1,8 +1,9 @@
-"""Tests of `tff_partial.sweep.summary` on hand-made run outputs: the CPU path of each run.
+"""Tests of the sweep summary on hand-made run outputs: searches at a grid's edge, CPU paths.
 
 No training: the runs' `final_eval.json`, `metrics.csv` and `flags.json` are
-written by hand. The summary's statistics are checked against real runs in
-sweep_test.py.
+written by hand. The summary's statistics, and that the search trains on the
+validation split and its values reach the configs' runs, are checked against
+real runs in sweep_test.py.
 """
 
 import csv
@@ -12,6 +13,7 @@ import os
 from absl.testing import absltest
 
 from tff_partial.sweep import driver
+from tff_partial.sweep import lr_search
 from tff_partial.sweep import plan
 from tff_partial.sweep import spec as spec_lib
 
@@ -19,47 +21,137 @@ _PATH_A = 'CPU A; AVX-512 no; oneDNN off (TF_ENABLE_ONEDNN_OPTS=0)'
 _PATH_B = 'CPU B; AVX-512 yes; oneDNN on (TF_ENABLE_ONEDNN_OPTS unset)'
 
 
-def _write_run(sweep_dir, run, accuracy, cpu_path):
+def _summarize(test, data, write_run):
+  """(summary.md text, summary paths, runs) of the sweep `data` after `write_run(dir, run)`."""
+  spec = spec_lib.from_dict(data)
+  sweep_dir = test.create_tempdir().full_path
+  configs = spec.expand()
+  runs = plan.plan_runs(spec, configs, default_total_rounds=1)
+  for run in runs:
+    write_run(sweep_dir, run)
+  prepared = driver.Prepared(spec, sweep_dir, configs, runs, resumed=False,
+                             default_total_rounds=1)
+  paths = driver.summarize(prepared)
+  with open(paths['summary']) as f:
+    return f.read(), paths, runs
+
+
+def _csv_rows(path, key):
+  with open(path) as f:
+    return {row[key]: row for row in csv.DictReader(f)}
+
+
+def _write_run(sweep_dir, run, accuracy, cpu_path=None, *, curve=True):
+  """A finished run: final_eval.json, and (`curve`) metrics.csv and flags.json."""
   directory = plan.run_dir(sweep_dir, run)
   os.makedirs(directory)
-  with open(os.path.join(directory, 'metrics.csv'), 'w') as f:
-    f.write('round_num,comm/bytes_down_per_client,comm/bytes_up_per_client,'
-            'evaluation/accuracy,evaluation/loss\n'
-            f'0,0,0,0.1,4.0\n1,100,50,{accuracy},1.0\n')
-  flags = {'seed': run.seed}
-  if cpu_path is not None:
-    flags['cpu_path_resolved'] = cpu_path
-  with open(os.path.join(directory, 'flags.json'), 'w') as f:
-    json.dump(flags, f)
+  if curve:
+    with open(os.path.join(directory, 'metrics.csv'), 'w') as f:
+      f.write('round_num,comm/bytes_down_per_client,comm/bytes_up_per_client,'
+              'evaluation/accuracy,evaluation/loss\n'
+              f'0,0,0,0.1,4.0\n1,100,50,{accuracy},1.0\n')
+    flags = {'seed': run.seed}
+    if cpu_path is not None:
+      flags['cpu_path_resolved'] = cpu_path
+    with open(os.path.join(directory, 'flags.json'), 'w') as f:
+      json.dump(flags, f)
   with open(os.path.join(directory, plan.FINISHED_FILE), 'w') as f:
-    json.dump({'accuracy': accuracy, 'loss': 1.0}, f)
+    json.dump({'accuracy': accuracy, 'loss': 1.0 - accuracy}, f)
+
+
+def _choice(grid, chosen):
+  """A Choice over every combination of `grid` (flag -> values) that chose `chosen`."""
+  trials = [lr_search.Trial(name, values, {0: 0.5}, {0: 1.0})
+            for name, values in spec_lib.LrSearch(grid=grid).trials()]
+  return lr_search.Choice(config='c', values=chosen, score=0.5, trials=trials)
+
+
+class AtEdgeTest(absltest.TestCase):
+
+  def test_smallest_and_largest_values_are_edges(self):
+    choice = _choice({'client_learning_rate': (0.01, 0.03, 0.1), 'clip_norm': (0.3, 1.0, 3.0)},
+                     {'client_learning_rate': 0.01, 'clip_norm': 3.0})
+    self.assertEqual(choice.at_edge, {'client_learning_rate': 'smallest', 'clip_norm': 'largest'})
+    self.assertEqual(
+        choice.edge_text(),
+        'client_learning_rate = 0.01 is the smallest value of its grid (0.01, 0.03, 0.1); '
+        'clip_norm = 3 is the largest value of its grid (0.3, 1, 3)')
+
+  def test_an_interior_value_is_no_edge(self):
+    choice = _choice({'client_learning_rate': (0.01, 0.03, 0.1), 'clip_norm': (0.3, 1.0, 3.0)},
+                     {'client_learning_rate': 0.03, 'clip_norm': 3.0})
+    self.assertEqual(choice.at_edge, {'clip_norm': 'largest'})
+    choice = _choice({'client_learning_rate': (0.1, 0.01, 0.03)},  # grid order is not value order
+                     {'client_learning_rate': 0.03})
+    self.assertEqual(choice.at_edge, {})
+    self.assertEqual(choice.edge_text(), '')
+
+  def test_flags_not_searched_or_without_order_are_not_judged(self):
+    choice = _choice({'client_learning_rate': (0.1,), 'client_optimizer': ('adam', 'sgd')},
+                     {'client_learning_rate': 0.1, 'client_optimizer': 'adam'})
+    self.assertEqual(choice.at_edge, {})
+
+
+class SummaryWarnsTest(absltest.TestCase):
+  """summary.md and summary.csv name the configs whose searched values sit at an edge."""
+
+  def _summarize(self, best_lr):
+    def write_search_run(sweep_dir, run):
+      if run.is_search:  # best: best_lr with server lr 1.0
+        flags = run.trial_flags
+        accuracy = 0.5 - abs(flags['client_learning_rate'] - best_lr) - abs(
+            flags['server_learning_rate'] - 1.0) / 10
+        _write_run(sweep_dir, run, accuracy, curve=False)
+
+    markdown, paths, _ = _summarize(self, {
+        'name': 'edges',
+        'base': {'task': 'emnist_2nn', 'data_source': 'synthetic', 'total_rounds': 4},
+        'configs': [
+            {'name': 'fedavg', 'flags': {'algorithm': 'fedavg'}},
+            {'name': 'reused', 'flags': {'algorithm': 'fedavg', 'client_epochs': 2},
+             'lr_from': 'fedavg'},
+            {'name': 'fixed', 'flags': {'algorithm': 'fedavg', 'client_epochs': 3},
+             'lr_search': False}],
+        'seeds': [0],
+        'lr_search': {'grid': {'client_learning_rate': [0.01, 0.03, 0.1],
+                               'server_learning_rate': [0.5, 1.0, 2.0]}},
+    }, write_search_run)
+    return markdown, _csv_rows(paths['summary_csv'], 'config')
+
+  def test_an_edge_choice_is_named_for_the_config_and_those_that_reuse_its_values(self):
+    markdown, rows = self._summarize(best_lr=0.01)
+    self.assertEqual(rows['fedavg']['client_learning_rate'], '0.01')
+    self.assertEqual(rows['fedavg']['server_learning_rate'], '1.0')
+    self.assertEqual(rows['fedavg']['tuned_at_grid_edge'], 'client_learning_rate=smallest')
+    self.assertEqual(rows['reused']['tuned_at_grid_edge'], 'client_learning_rate=smallest')
+    self.assertEqual(rows['fixed']['tuned_at_grid_edge'], '')
+    self.assertIn("**Warning: a searched value at its grid's edge.**", markdown)
+    edge = ('client_learning_rate = 0.01 is the smallest value of its grid (0.01, 0.03, 0.1).')
+    self.assertIn(f'- `fedavg`: {edge}', markdown)
+    self.assertIn(f"- `reused` (values from `fedavg`'s search): {edge}", markdown)
+    self.assertNotIn('- `fixed`', markdown)
+
+  def test_no_warning_when_every_choice_is_inside_its_grid(self):
+    markdown, rows = self._summarize(best_lr=0.03)
+    self.assertEqual(rows['fedavg']['client_learning_rate'], '0.03')
+    self.assertEqual(rows['fedavg']['tuned_at_grid_edge'], '')
+    self.assertNotIn('Warning', markdown)
 
 
 class CpuPathTest(absltest.TestCase):
 
   def _summarize(self, paths):
     """Summary of 2 configs x 2 seeds whose runs started on `paths` (in plan order)."""
-    spec = spec_lib.from_dict({
+    by_run = dict(zip(['runs/a/seed_0', 'runs/b/seed_0', 'runs/a/seed_1', 'runs/b/seed_1'],
+                      paths))
+    markdown, out, runs = _summarize(self, {
         'name': 'paths',
         'base': {'task': 'emnist_2nn', 'data_source': 'synthetic', 'total_rounds': 1},
         'configs': [{'name': 'a', 'flags': {'algorithm': 'fedavg'}},
                     {'name': 'b', 'flags': {'algorithm': 'fedavg', 'client_epochs': 2}}],
-        'seeds': [0, 1]})
-    sweep_dir = self.create_tempdir().full_path
-    configs = spec.expand()
-    runs = plan.plan_runs(spec, configs, default_total_rounds=1)
-    self.assertEqual([r.run_id for r in runs],
-                     ['runs/a/seed_0', 'runs/b/seed_0', 'runs/a/seed_1', 'runs/b/seed_1'])
-    for run, path in zip(runs, paths):
-      _write_run(sweep_dir, run, 0.5, path)
-    prepared = driver.Prepared(spec, sweep_dir, configs, runs, resumed=False,
-                               default_total_rounds=1)
-    out = driver.summarize(prepared)
-    with open(out['summary']) as f:
-      markdown = f.read()
-    with open(out['runs']) as f:
-      rows = {row['run']: row for row in csv.DictReader(f)}
-    return markdown, rows
+        'seeds': [0, 1]}, lambda d, run: _write_run(d, run, 0.5, by_run[run.run_id]))
+    self.assertCountEqual([r.run_id for r in runs], by_run)
+    return markdown, _csv_rows(out['runs'], 'run')
 
   def test_one_path_is_recorded_and_no_note_is_written(self):
     markdown, rows = self._summarize([_PATH_A] * 4)
