@@ -1,8 +1,13 @@
 """Per-config summaries over seeds: final test metrics with 95% intervals, curves, bytes.
 
-Read from each run's own outputs: `final_eval.json` (the final test metrics)
-and `metrics.csv` (per round: `evaluation/<metric>`, `evaluation/loss`,
-`comm/bytes_down_per_client`, `comm/bytes_up_per_client`).
+Read from each run's own outputs: `final_eval.json` (the final test metrics),
+`metrics.csv` (per round: `evaluation/<metric>`, `evaluation/loss`,
+`comm/bytes_down_per_client`, `comm/bytes_up_per_client`) and `flags.json`
+(the CPU path it started on, `cpu_path_resolved`).
+
+Warnings in summary.md: configs whose searched values are the smallest or
+largest of their grid (`lr_search.Choice.at_edge`), and runs that come from
+more than one CPU path.
 
 Definitions (also written into summary.md):
 * mean and standard deviation over seeds (sample standard deviation, n - 1);
