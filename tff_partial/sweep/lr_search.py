@@ -64,20 +64,25 @@ class Choice:
     """
     edges = {}
     for flag, value in self.values.items():
-      grid = {t.values[flag] for t in self.trials}
+      grid = self.grid_values(flag)
       if len(grid) < 2 or not all(_is_number(v) for v in grid):
         continue
-      if value == min(grid):
+      if value == grid[0]:
         edges[flag] = 'smallest'
-      elif value == max(grid):
+      elif value == grid[-1]:
         edges[flag] = 'largest'
     return edges
+
+  def grid_values(self, flag: str) -> list:
+    """The values of `flag` its trials tried, sorted when they are numbers."""
+    values = {t.values[flag] for t in self.trials}
+    return sorted(values) if all(_is_number(v) for v in values) else list(values)
 
   def edge_text(self) -> str:
     """One line naming each edge choice ('' if none)."""
     return '; '.join(
         f'{flag} = {self.values[flag]:g} is the {which} value of its grid '
-        f'({", ".join(f"{v:g}" for v in sorted({t.values[flag] for t in self.trials}))})'
+        f'({", ".join(f"{v:g}" for v in self.grid_values(flag))})'
         for flag, which in self.at_edge.items())
 
 

@@ -175,9 +175,11 @@ class ConfigSummary:
   last_round: Optional[int]
   bytes_down: float
   bytes_up: float
-  tuned_by: Optional[str] = None  # the config whose search chose `tuned`
-  tuned_at_edge: Mapping[str, str] = dataclasses.field(default_factory=dict)
-  edge_note: str = ''  # `lr_search.Choice.edge_text` of that search
+  choice: Optional[lr_search.Choice] = None  # the search that chose `tuned`
+
+  @property
+  def tuned_at_edge(self) -> dict:
+    return self.choice.at_edge if self.choice else {}
 
 
 def summarize_config(config, runs: Sequence[plan.Run], results: Sequence[RunResult], *,
@@ -222,9 +224,7 @@ def summarize_config(config, runs: Sequence[plan.Run], results: Sequence[RunResu
       plateaued=plateaued, last_round=last,
       bytes_down=float(np.mean([r.bytes_down for r in results])) if results else math.nan,
       bytes_up=float(np.mean([r.bytes_up for r in results])) if results else math.nan,
-      tuned_by=choice.config if choice else None,
-      tuned_at_edge=dict(choice.at_edge) if choice else {},
-      edge_note=choice.edge_text() if choice else '')
+      choice=choice)
 
 
 def _cell(value) -> str:
@@ -367,8 +367,9 @@ def write(out_dir: str, *, name: str, description: str, summaries: Sequence[Conf
               '`--resume_from` (docs/sweeps.md, "Widening a search whose choice sat at the '
               'grid\'s edge"):']
     for s in at_edge:
-      source = '' if s.tuned_by == s.config else f' (values from `{s.tuned_by}`\'s search)'
-      lines.append(f'- `{s.config}`{source}: {s.edge_note}.')
+      by = s.choice.config
+      source = '' if by == s.config else f' (values from `{by}`\'s search)'
+      lines.append(f'- `{s.config}`{source}: {s.choice.edge_text()}.')
   lines += _cpu_path_note(results)
   lines += ['', '| config | flags beyond the base |', '|---|---|']
   for s in summaries:
