@@ -64,6 +64,10 @@ _DRY_RUN = flags.DEFINE_bool(
     'dry_run', False, 'Check everything and print the runs; run and write nothing.')
 _SUMMARY_ONLY = flags.DEFINE_bool(
     'summary_only', False, 'Write the summary of the finished runs; start nothing.')
+_SEARCH_ONLY = flags.DEFINE_bool(
+    'search_only', False,
+    'Run only the learning-rate searches, print each choice and any grid-edge warning, and '
+    'stop; the full runs start when the same command runs without it.')
 _SUMMARY_DIR = flags.DEFINE_string(
     'summary_dir', None, 'Where the tables and plots go (default <sweep_dir>/summary).')
 
@@ -156,12 +160,13 @@ def main(argv):
   else:
     try:
       report, paths = sweep.run(prepared, train, parallel=_PARALLEL.value,
-                                workers=_WORKERS.value, summary_dir=_SUMMARY_DIR.value)
+                                workers=_WORKERS.value, summary_dir=_SUMMARY_DIR.value,
+                                search_only=_SEARCH_ONLY.value)
     except sweep.SweepInterrupted as e:
       print(f'sweep {spec.name}: {e}; the running runs were stopped. Rerun the same command '
             'to resume.', file=sys.stderr)
       sys.exit(128 + e.signum)
-    except sweep.SweepDirError as e:
+    except (sweep.SpecError, sweep.SweepDirError) as e:
       _fail(str(e))
   print(f'summary: {paths["summary"]}')
   if not _SUMMARY_ONLY.value and report.ids('failed', 'skipped'):

@@ -272,6 +272,9 @@ class SweepLrSearchTest(absltest.TestCase):
         'lr_search': {'grid': {'client_learning_rate': [0.05, 0.5]},
                       'validation_fraction': 0.5, 'flags': {'total_rounds': 1}}})
     cls.sweep_dir = os.path.join(cls.root, 'sweep')
+    # First only the search (--search_only), then the whole sweep on top of it.
+    cls.search_output = _run_sweep(cls.spec_path, cls.sweep_dir, '--search_only')
+    cls.runs_after_search = os.listdir(cls.sweep_dir)
     _run_sweep(cls.spec_path, cls.sweep_dir)
 
   @classmethod
@@ -302,6 +305,22 @@ class SweepLrSearchTest(absltest.TestCase):
     chosen = [r for r in _csv_rows(os.path.join(sweep_dir, 'summary', 'lr_search.csv'))
               if r['chosen'] == 'True']
     self.assertEqual([float(r['client_learning_rate']) for r in chosen], [best])
+
+  def test_search_only_runs_the_searches_prints_the_choice_and_stops(self):
+    self.assertNotIn(plan.RUNS_DIR, self.runs_after_search)
+    self.assertIn('lr_search', self.runs_after_search)
+    with open(os.path.join(self.sweep_dir, 'runs', 'default', 'seed_0', 'flags.json')) as f:
+      best = json.load(f)['client_learning_rate']
+    self.assertIn(f'the search of default chose client_learning_rate={best:g} (validation '
+                  'accuracy ', self.search_output)
+    self.assertIn('mean over 1 seed(s))', self.search_output)
+    # 0.5 is the grid's largest value, 0.05 its smallest: either choice is at an edge.
+    self.assertIn("warning: the search of default chose a value at its grid's edge",
+                  self.search_output)
+    for lr in ('0.05', '0.5'):  # the whole sweep did not run the searches again
+      search = os.path.join('lr_search', 'default', f'client_learning_rate={lr}', 'seed_0')
+      with open(os.path.join(self.sweep_dir, plan.LOGS_DIR, search + '.log')) as f:
+        self.assertEqual(f.read().count('\n=== '), 1, search)
 
   def test_resume_from_runs_a_finished_sweep_on_to_the_same_results_as_from_scratch(self):
     # A spec that "extends" the finished one with 3 rounds instead of 2.
@@ -397,6 +416,16 @@ class SweepBadInputTest(absltest.TestCase):
     self.assertEqual(own, [
         'error: config frozen_layers=dense1: --frozen_layers belongs to --algorithm=fedpt and '
         'does not apply to --algorithm=pvt'])
+    self.assertFalse(os.path.exists(sweep_dir))
+
+  def test_search_only_without_a_search_is_refused(self):
+    spec_path = _write_spec(self.root, {'name': 'no_search', 'base': dict(_BASE)})
+    sweep_dir = os.path.join(self.root, 'f')
+    result = subprocess.run(_sweep_command(spec_path, sweep_dir, '--search_only'), cwd=_REPO,
+                            env=_env(), capture_output=True, text=True, check=False)
+    self.assertEqual(result.returncode, 2, result.stderr)
+    self.assertIn('error: --search_only: no config of this sweep has a learning-rate search',
+                  result.stderr)
     self.assertFalse(os.path.exists(sweep_dir))
 
 

@@ -149,9 +149,21 @@ class _Choices:
 
 def run(prepared: Prepared, train: TrainInterface, *, parallel: int = 1,
         workers: Sequence[str] = (), print_fn=print, summary_dir: Optional[str] = None,
-        interactive: Optional[bool] = None) -> tuple:
-  """Runs every unfinished run, then summarizes: (SweepReport, summary paths)."""
+        interactive: Optional[bool] = None, search_only: bool = False) -> tuple:
+  """Runs every unfinished run, then summarizes: (SweepReport, summary paths).
+
+  search_only: run only the learning-rate searches (`scripts.sweep
+  --search_only`), to see each choice and any grid-edge warning before paying
+  for the full runs; the same sweep without it reuses the finished searches.
+  """
   choices = _Choices(prepared)
+  runs = prepared.runs
+  if search_only:
+    runs = [r for r in runs if r.is_search]
+    if not runs:
+      raise spec_lib.SpecError(
+          '--search_only: no config of this sweep has a learning-rate search (the spec '
+          'needs "lr_search" and a config with "tune")')
 
   def command(r: plan.Run) -> list:
     tuned = None
@@ -172,11 +184,14 @@ def run(prepared: Prepared, train: TrainInterface, *, parallel: int = 1,
       copied = carry_lib.copy_runs(prepared.carry, prepared.sweep_dir)
       print_fn(f'{carry_lib.describe(prepared.carry)}; {len(copied)} copied now')
     report = runner.Runner(
-        prepared.sweep_dir, prepared.runs, command, parallel=parallel, workers=workers,
+        prepared.sweep_dir, runs, command, parallel=parallel, workers=workers,
         name=prepared.spec.name, print_fn=print_fn, interactive=interactive).run()
   for run_id, reason in report.reasons.items():
     print_fn(f'{report.states[run_id]}: {run_id}: {reason}')
   for config, choice in choices.available().items():
+    print_fn(f'the search of {config} chose {choice.values_text()} '
+             f'(validation {prepared.spec.lr_search.metric} {choice.score:.4f}, mean over '
+             f'{len(choice.trials[0].scores)} seed(s))')
     if choice.at_edge:
       print_fn(f'warning: the search of {config} chose a value at its grid\'s edge: '
                f'{choice.edge_text()}; widen the grid (docs/sweeps.md)')

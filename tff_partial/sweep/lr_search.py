@@ -78,6 +78,11 @@ class Choice:
     values = {t.values[flag] for t in self.trials}
     return sorted(values) if all(_is_number(v) for v in values) else list(values)
 
+  def values_text(self) -> str:
+    """The chosen values as flags, e.g. 'client_learning_rate=0.03, clip_norm=0.1'."""
+    return ', '.join(f'{flag}={value:g}' if _is_number(value) else f'{flag}={value}'
+                     for flag, value in self.values.items())
+
   def edge_text(self) -> str:
     """One line naming each edge choice ('' if none)."""
     return '; '.join(
