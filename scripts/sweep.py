@@ -103,14 +103,14 @@ def train_interface() -> sweep.TrainInterface:
       command=[sys.executable, '-m', _TRAIN_MODULE], check_fn=check_train_argvs)
 
 
-def _print_plan(prepared) -> None:
+def _print_plan(prepared, runs) -> None:
   print(f'sweep {prepared.spec.name} (spec digest {prepared.spec.digest()}) in '
-        f'{prepared.sweep_dir}: {len(prepared.configs)} configs, {len(prepared.runs)} runs, '
-        f'{sum(r.total_rounds for r in prepared.runs)} rounds')
+        f'{prepared.sweep_dir}: {len(prepared.configs)} configs, {len(runs)} runs, '
+        f'{sum(r.total_rounds for r in runs)} rounds')
   copies = {c.run.run_id: c for c in prepared.carry.copies} if prepared.carry else {}
   if prepared.carry:
     print(carry.describe(prepared.carry))
-  for run in prepared.runs:
+  for run in runs:
     state = 'finished' if plan.is_finished(prepared.sweep_dir, run) else 'to run'
     if (state == 'to run' and run.run_id in copies
         and not os.path.exists(plan.run_dir(prepared.sweep_dir, run))):
@@ -147,13 +147,14 @@ def main(argv):
     sweep_dir = _SWEEP_DIR.value or os.path.join('outputs', 'sweeps', spec.name)
     prepared = sweep.prepare(spec, sweep_dir, train, only=_ONLY.value,
                              resume_from=_RESUME_FROM.value)
+    runs = sweep.search_runs(prepared) if _SEARCH_ONLY.value else prepared.runs
   except (sweep.SpecError, sweep.SweepDirError, sweep.CheckError) as e:
     _fail(str(e))
   except KeyboardInterrupt:
     print('interrupted before any run started', file=sys.stderr)
     sys.exit(130)
   if _DRY_RUN.value:
-    _print_plan(prepared)
+    _print_plan(prepared, runs)
     return
   if _SUMMARY_ONLY.value:
     paths = sweep.summarize(prepared, summary_dir=_SUMMARY_DIR.value)
@@ -166,7 +167,7 @@ def main(argv):
       print(f'sweep {spec.name}: {e}; the running runs were stopped. Rerun the same command '
             'to resume.', file=sys.stderr)
       sys.exit(128 + e.signum)
-    except (sweep.SpecError, sweep.SweepDirError) as e:
+    except sweep.SweepDirError as e:
       _fail(str(e))
   print(f'summary: {paths["summary"]}')
   if not _SUMMARY_ONLY.value and report.ids('failed', 'skipped'):

@@ -418,6 +418,16 @@ class SweepBadInputTest(absltest.TestCase):
         'does not apply to --algorithm=pvt'])
     self.assertFalse(os.path.exists(sweep_dir))
 
+  def test_search_runs_are_the_searches_and_refused_without_one(self):
+    prepared = self._prepare(os.path.join(self.root, 'g'), seeds=[0, 1],
+                             lr_search={'grid': {'client_learning_rate': [0.05, 0.5]}})
+    self.assertEqual(sorted(r.run_id for r in sweep.search_runs(prepared)), [
+        os.path.join('lr_search', 'default', f'client_learning_rate={lr}', 'seed_0')
+        for lr in ('0.05', '0.5')])
+    self.assertLen(prepared.runs, 4)  # and the two full runs
+    with self.assertRaisesRegex(sweep.SpecError, 'no config of this sweep has a learning-rate'):
+      sweep.search_runs(self._prepare(os.path.join(self.root, 'h')))
+
   def test_search_only_without_a_search_is_refused(self):
     spec_path = _write_spec(self.root, {'name': 'no_search', 'base': dict(_BASE)})
     sweep_dir = os.path.join(self.root, 'f')

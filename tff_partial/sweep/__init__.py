@@ -10,6 +10,7 @@ The binary is `scripts/sweep.py`; docs/sweeps.md describes its use.
 from tff_partial.sweep.driver import CheckError
 from tff_partial.sweep.driver import prepare
 from tff_partial.sweep.driver import run
+from tff_partial.sweep.driver import search_runs
 from tff_partial.sweep.driver import summarize
 from tff_partial.sweep.driver import TrainInterface
 from tff_partial.sweep.manifest import SweepDirError

@@ -122,6 +122,16 @@ def _prepare(spec, sweep_dir, train, only) -> Prepared:
                   default_total_rounds=default_total_rounds)
 
 
+def search_runs(prepared: Prepared) -> list:
+  """The learning-rate search runs (`--search_only`); SpecError if there are none."""
+  runs = [r for r in prepared.runs if r.is_search]
+  if not runs:
+    raise spec_lib.SpecError(
+        '--search_only: no config of this sweep has a learning-rate search (the spec '
+        'needs "lr_search" and a config with "tune")')
+  return runs
+
+
 class _Choices:
   """Each searched config's chosen values, read once its search runs finished."""
 
@@ -157,13 +167,7 @@ def run(prepared: Prepared, train: TrainInterface, *, parallel: int = 1,
   for the full runs; the same sweep without it reuses the finished searches.
   """
   choices = _Choices(prepared)
-  runs = prepared.runs
-  if search_only:
-    runs = [r for r in runs if r.is_search]
-    if not runs:
-      raise spec_lib.SpecError(
-          '--search_only: no config of this sweep has a learning-rate search (the spec '
-          'needs "lr_search" and a config with "tune")')
+  runs = search_runs(prepared) if search_only else prepared.runs
 
   def command(r: plan.Run) -> list:
     tuned = None
