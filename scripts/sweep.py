@@ -18,6 +18,10 @@ to more rounds:
   python -m scripts.sweep --spec=experiments/sweeps/select_fig6_femnist_cnn_800.json \
       --resume_from=outputs/sweeps/select_fig6_femnist_cnn --parallel=2
 
+--search_only runs only the learning-rate searches and prints each choice (and
+a warning if one sits at its grid's edge), so a grid can be widened before the
+full runs are paid for; the same command without it goes on from there.
+
 The spec format, the learning-rate search and the summary's definitions:
 docs/sweeps.md and `tff_partial.sweep`.
 """
