@@ -311,9 +311,12 @@ class SweepLrSearchTest(absltest.TestCase):
     self.assertIn('lr_search', self.runs_after_search)
     with open(os.path.join(self.sweep_dir, 'runs', 'default', 'seed_0', 'flags.json')) as f:
       best = json.load(f)['client_learning_rate']
+    chosen = os.path.join(self.sweep_dir, 'lr_search', 'default',
+                          f'client_learning_rate={best:g}', 'seed_0', plan.FINISHED_FILE)
+    with open(chosen) as f:
+      accuracy = json.load(f)['accuracy']
     self.assertIn(f'the search of default chose client_learning_rate={best:g} (validation '
-                  'accuracy ', self.search_output)
-    self.assertIn('mean over 1 seed(s))', self.search_output)
+                  f'accuracy {accuracy:.4f}, one seed)\n', self.search_output)
     # 0.5 is the grid's largest value, 0.05 its smallest: either choice is at an edge.
     self.assertIn("warning: the search of default chose a value at its grid's edge",
                   self.search_output)

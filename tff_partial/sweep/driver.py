@@ -193,9 +193,10 @@ def run(prepared: Prepared, train: TrainInterface, *, parallel: int = 1,
   for run_id, reason in report.reasons.items():
     print_fn(f'{report.states[run_id]}: {run_id}: {reason}')
   for config, choice in choices.available().items():
+    seeds = len(choice.trials[0].scores)
     print_fn(f'the search of {config} chose {choice.values_text()} '
-             f'(validation {prepared.spec.lr_search.metric} {choice.score:.4f}, mean over '
-             f'{len(choice.trials[0].scores)} seed(s))')
+             f'(validation {prepared.spec.lr_search.metric} {choice.score:.4f}, '
+             + ('one seed)' if seeds == 1 else f'mean over {seeds} seeds)'))
     if choice.at_edge:
       print_fn(f'warning: the search of {config} chose a value at its grid\'s edge: '
                f'{choice.edge_text()}; widen the grid (docs/sweeps.md)')
