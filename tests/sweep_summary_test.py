@@ -16,6 +16,7 @@ from tff_partial.sweep import driver
 from tff_partial.sweep import lr_search
 from tff_partial.sweep import plan
 from tff_partial.sweep import spec as spec_lib
+from tff_partial.sweep import summary
 
 _PATH_A = 'CPU A; AVX-512 no; oneDNN off (TF_ENABLE_ONEDNN_OPTS=0)'
 _PATH_B = 'CPU B; AVX-512 yes; oneDNN on (TF_ENABLE_ONEDNN_OPTS unset)'
@@ -136,6 +137,35 @@ class SummaryWarnsTest(absltest.TestCase):
     self.assertEqual(rows['fedavg']['client_learning_rate'], '0.03')
     self.assertEqual(rows['fedavg']['tuned_at_grid_edge'], '')
     self.assertNotIn('Warning', markdown)
+
+  def test_the_search_grid_is_a_table_with_the_choice_in_bold(self):
+    markdown, _ = self._summarize(best_lr=0.03)
+    self.assertIn('\n'.join([
+        'Search of `fedavg`: mean validation accuracy (%) per grid point, the chosen one in bold:',
+        '',
+        '| client_learning_rate \\ server_learning_rate | 0.5 | 1 | 2 |',
+        '|---|---|---|---|',
+        '| 0.01 | 43.00 | 48.00 | 38.00 |',
+        '| 0.03 | 45.00 | **50.00** | 40.00 |',
+        '| 0.1 | 38.00 | 43.00 | 33.00 |']) + '\n', markdown)
+    self.assertEqual(markdown.count('Search of '), 1)  # `reused` and `fixed` search nothing
+
+
+class SearchTableTest(absltest.TestCase):
+
+  def test_one_searched_flag_is_a_list_and_an_unfinished_trial_is_blank(self):
+    trials = [lr_search.Trial(f'client_learning_rate={lr}', {'client_learning_rate': lr,
+                                                             'server_learning_rate': 1.0},
+                              {0: loss, 1: loss}, {0: loss, 1: loss})
+              for lr, loss in ((0.01, 1.5), (0.1, 1.25), (1.0, None))]
+    choice = lr_search.Choice(config='c', values=dict(trials[1].values), score=1.25,
+                              trials=trials)
+    self.assertEqual(summary.search_table(choice, 'loss'), [
+        '| client_learning_rate | validation loss |',
+        '|---|---|',
+        '| 0.01 | 1.50 |',
+        '| 0.1 | **1.25** |',
+        '| 1 |  |'])
 
 
 class CpuPathTest(absltest.TestCase):

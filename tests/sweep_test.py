@@ -317,6 +317,7 @@ class SweepLrSearchTest(absltest.TestCase):
       accuracy = json.load(f)['accuracy']
     self.assertIn(f'the search of default chose client_learning_rate={best:g} (validation '
                   f'accuracy {accuracy:.4f}, one seed)\n', self.search_output)
+    self.assertIn('| client_learning_rate | validation accuracy |\n|---|---|\n', self.search_output)
     # 0.5 is the grid's largest value, 0.05 its smallest: either choice is at an edge.
     self.assertIn("warning: the search of default chose a value at its grid's edge",
                   self.search_output)

@@ -197,6 +197,9 @@ def run(prepared: Prepared, train: TrainInterface, *, parallel: int = 1,
     print_fn(f'the search of {config} chose {choice.values_text()} '
              f'(validation {prepared.spec.lr_search.metric} {choice.score:.4f}, '
              + ('one seed)' if seeds == 1 else f'mean over {seeds} seeds)'))
+    if search_only:  # the grid, to judge where the choice sits before the full runs
+      for line in summary.search_table(choice, prepared.spec.lr_search.metric):
+        print_fn(line)
     if choice.at_edge:
       print_fn(f'warning: the search of {config} chose a value at its grid\'s edge: '
                f'{choice.edge_text()}; widen the grid (docs/sweeps.md)')

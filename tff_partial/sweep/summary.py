@@ -310,6 +310,40 @@ def _cpu_path_note(results: Sequence[RunResult]) -> list:
   return lines
 
 
+def search_table(choice, metric: str) -> list:
+  """Markdown lines: the mean validation `metric` of every trial of `choice`'s search.
+
+  Two searched flags: a grid (rows: the first flag's values, columns: the
+  second's), the way one reads where a choice sits in it; otherwise one row per
+  trial. The chosen trial is bold; an unfinished trial is blank. In % unless
+  the metric is the loss.
+  """
+  scale = 1.0 if metric == 'loss' else 100.0
+  searched = [f for f in choice.values if len(choice.grid_values(f)) > 1]
+
+  def cell(trial) -> str:
+    if trial is None or math.isnan(trial.mean):
+      return ''
+    text = f'{scale * trial.mean:.2f}'
+    return f'**{text}**' if trial.values == choice.values else text
+
+  if len(searched) == 2:
+    rows, columns = searched
+    by_values = {(t.values[rows], t.values[columns]): t for t in choice.trials}
+    lines = [f'| {rows} \\ {columns} | '
+             + ' | '.join(_cell(v) for v in choice.grid_values(columns)) + ' |',
+             '|---|' + '---|' * len(choice.grid_values(columns))]
+    for r in choice.grid_values(rows):
+      lines.append(f'| {_cell(r)} | ' + ' | '.join(
+          cell(by_values.get((r, c))) for c in choice.grid_values(columns)) + ' |')
+    return lines
+  lines = ['| ' + ' | '.join(searched + [f'validation {metric}']) + ' |',
+           '|' + '---|' * (len(searched) + 1)]
+  for t in choice.trials:
+    lines.append('| ' + ' | '.join([_cell(t.values[f]) for f in searched] + [cell(t)]) + ' |')
+  return lines
+
+
 def write(out_dir: str, *, name: str, description: str, summaries: Sequence[ConfigSummary],
           results: Sequence[RunResult], choices: Mapping[str, Any], metric: str,
           tolerance: float, window: int, search_metric: str = 'accuracy') -> dict:
@@ -371,6 +405,11 @@ def write(out_dir: str, *, name: str, description: str, summaries: Sequence[Conf
       source = '' if by == s.config else f' (values from `{by}`\'s search)'
       lines.append(f'- `{s.config}`{source}: {s.choice.edge_text()}.')
   lines += _cpu_path_note(results)
+  for config, choice in choices.items():
+    unit = '' if search_metric == 'loss' else ' (%)'
+    lines += ['', f'Search of `{config}`: mean validation {search_metric}{unit} per grid point, '
+              f'the chosen one in bold:', '']
+    lines += search_table(choice, search_metric)
   lines += ['', '| config | flags beyond the base |', '|---|---|']
   for s in summaries:
     flags = ' '.join(f'--{k}={_cell(v)}' for k, v in s.own_flags.items())
