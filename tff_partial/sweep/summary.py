@@ -310,6 +310,11 @@ def _cpu_path_note(results: Sequence[RunResult]) -> list:
   return lines
 
 
+def _scale(metric: str) -> tuple:
+  """(factor, unit) a metric is shown in: the loss as it is, other metrics in %."""
+  return (1.0, '') if metric == 'loss' else (100.0, ' (%)')
+
+
 def search_table(choice, metric: str) -> list:
   """Markdown lines: the mean validation `metric` of every trial of `choice`'s search.
 
@@ -318,7 +323,7 @@ def search_table(choice, metric: str) -> list:
   trial. The chosen trial is bold; an unfinished trial is blank. In % unless
   the metric is the loss.
   """
-  scale = 1.0 if metric == 'loss' else 100.0
+  scale, _ = _scale(metric)
   searched = [f for f in choice.values if len(choice.grid_values(f)) > 1]
 
   def cell(trial) -> str:
@@ -377,7 +382,7 @@ def write(out_dir: str, *, name: str, description: str, summaries: Sequence[Conf
   else:
     paths.pop('lr_search')
 
-  scale, unit = (100.0, ' (%)') if metric != 'loss' else (1.0, '')
+  scale, unit = _scale(metric)
   tuned = _tuned_names(summaries)
   lines = [f'# Sweep `{name}`', '']
   if description:
@@ -405,10 +410,10 @@ def write(out_dir: str, *, name: str, description: str, summaries: Sequence[Conf
       source = '' if by == s.config else f' (values from `{by}`\'s search)'
       lines.append(f'- `{s.config}`{source}: {s.choice.edge_text()}.')
   lines += _cpu_path_note(results)
+  search_unit = _scale(search_metric)[1]
   for config, choice in choices.items():
-    unit = '' if search_metric == 'loss' else ' (%)'
-    lines += ['', f'Search of `{config}`: mean validation {search_metric}{unit} per grid point, '
-              f'the chosen one in bold:', '']
+    lines += ['', f'Search of `{config}`: mean validation {search_metric}{search_unit} per grid '
+              'point, the chosen one in bold:', '']
     lines += search_table(choice, search_metric)
   lines += ['', '| config | flags beyond the base |', '|---|---|']
   for s in summaries:
