@@ -80,7 +80,8 @@ class PlanCopiesTest(absltest.TestCase):
     self.assertLen(runs, 6)
     self.assertEqual(sorted(c.run.run_id for c in result.copies if c.resume),
                      sorted(r.run_id for r in runs if not r.is_search))
-    self.assertIn('6 run(s) copied (4 to train on, 2 as they are), 0 not copied',
+    self.assertIn('6 run(s) copied (4 to train to more rounds, 2 with the same rounds; '
+                  'unfinished copies resume from their checkpoints), 0 not copied',
                   carry.describe(result))
 
   def test_what_is_not_copied_and_why(self):
@@ -220,7 +221,8 @@ class ExtendedSearchGridTest(absltest.TestCase):
         'wider', [0.5, 1.0, 2.0], resume_from=os.path.join(self.root, 'earlier'))
     self.assertEqual(sorted(prepared.carry.if_same_choice),
                      ['runs/fedavg/seed_0', 'runs/fedavg/seed_1'])
-    self.assertIn('4 run(s) copied (0 to train on, 4 as they are), 1 not copied, '
+    self.assertIn('4 run(s) copied (0 to train to more rounds, 4 with the same rounds; '
+                  'unfinished copies resume from their checkpoints), 1 not copied, '
                   '2 copied if their search chooses as before', carry.describe(prepared.carry))
     self.assertEqual(trained, ['lr_search/fedavg/server_learning_rate=2.0/seed_0'])
     self.assertEqual(report.states['runs/fedavg/seed_0'], 'finished_before')

@@ -334,7 +334,8 @@ class SweepLrSearchTest(absltest.TestCase):
                  'base': {'total_rounds': 3}}, f)
     carried = os.path.join(self.root, 'carried')
     output = _run_sweep(longer, carried, f'--resume_from={self.sweep_dir}')
-    self.assertIn('3 run(s) copied (1 to train on, 2 as they are), 0 not copied', output)
+    self.assertIn('3 run(s) copied (1 to train to more rounds, 2 with the same rounds; '
+                  'unfinished copies resume from their checkpoints), 0 not copied', output)
     final = os.path.join(plan.RUNS_DIR, 'default', 'seed_0')
     with open(os.path.join(carried, plan.LOGS_DIR, final + '.log')) as f:
       log = f.read()

@@ -190,6 +190,7 @@ def describe(carry: Optional[CarryPlan]) -> str:
   resumed = sum(c.resume for c in carry.copies)
   later = len(carry.if_same_choice)
   return (f'--resume_from={carry.source_dir}: {len(carry.copies)} run(s) copied '
-          f'({resumed} to train on, {len(carry.copies) - resumed} as they are), '
+          f'({resumed} to train to more rounds, {len(carry.copies) - resumed} with the same '
+          'rounds; unfinished copies resume from their checkpoints), '
           f'{len(carry.not_copied) - later} not copied'
           + (f', {later} copied if their search chooses as before' if later else ''))

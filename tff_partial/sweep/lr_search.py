@@ -80,15 +80,24 @@ class Choice:
 
   def values_text(self) -> str:
     """The chosen values as flags, e.g. 'client_learning_rate=0.03, clip_norm=0.1'."""
-    return ', '.join(f'{flag}={value:g}' if _is_number(value) else f'{flag}={value}'
-                     for flag, value in self.values.items())
+    return ', '.join(f'{flag}={value_text(value)}' for flag, value in self.values.items())
 
   def edge_text(self) -> str:
     """One line naming each edge choice ('' if none)."""
     return '; '.join(
-        f'{flag} = {self.values[flag]:g} is the {which} value of its grid '
-        f'({", ".join(f"{v:g}" for v in self.grid_values(flag))})'
+        f'{flag} = {value_text(self.values[flag])} is the {which} value of its grid '
+        f'({", ".join(value_text(v) for v in self.grid_values(flag))})'
         for flag, which in self.at_edge.items())
+
+
+def value_text(value) -> str:
+  """A searched flag's value as the sweep writes it everywhere (lines, tables): 0.003, 1, adam.
+
+  None (a config that did not search this flag) is written as ''.
+  """
+  if value is None:
+    return ''
+  return f'{value:g}' if _is_number(value) else str(value)
 
 
 def _is_number(value) -> bool:

@@ -336,16 +336,17 @@ def search_table(choice, metric: str) -> list:
     rows, columns = searched
     by_values = {(t.values[rows], t.values[columns]): t for t in choice.trials}
     lines = [f'| {rows} \\ {columns} | '
-             + ' | '.join(_cell(v) for v in choice.grid_values(columns)) + ' |',
+             + ' | '.join(lr_search.value_text(v) for v in choice.grid_values(columns)) + ' |',
              '|---|' + '---|' * len(choice.grid_values(columns))]
     for r in choice.grid_values(rows):
-      lines.append(f'| {_cell(r)} | ' + ' | '.join(
+      lines.append(f'| {lr_search.value_text(r)} | ' + ' | '.join(
           cell(by_values.get((r, c))) for c in choice.grid_values(columns)) + ' |')
     return lines
   lines = ['| ' + ' | '.join(searched + [f'validation {metric}']) + ' |',
            '|' + '---|' * (len(searched) + 1)]
   for t in choice.trials:
-    lines.append('| ' + ' | '.join([_cell(t.values[f]) for f in searched] + [cell(t)]) + ' |')
+    lines.append('| ' + ' | '.join([lr_search.value_text(t.values[f]) for f in searched]
+                                   + [cell(t)]) + ' |')
   return lines
 
 
@@ -393,7 +394,7 @@ def write(out_dir: str, *, name: str, description: str, summaries: Sequence[Conf
   lines += ['| ' + ' | '.join(header) + ' |', '|' + '---|' * len(header)]
   for s in summaries:
     seeds = f'{len(s.seeds)}' + (f' ({len(s.missing_seeds)} missing)' if s.missing_seeds else '')
-    cells = ([s.config, seeds] + [_cell(s.tuned.get(t)) for t in tuned] +
+    cells = ([s.config, seeds] + [lr_search.value_text(s.tuned.get(t)) for t in tuned] +
              [_mean_std(s.metric, scale), _interval(s.metric, scale), _mean_std(s.loss),
               _interval(s.loss), _cell(s.best_round), _cell(s.plateau_round),
               _cell(s.plateaued),
