@@ -167,6 +167,22 @@ class SearchTableTest(absltest.TestCase):
         '| 0.1 | **1.25** |',
         '| 1 |  |'])
 
+  def test_a_value_is_written_alike_in_the_table_and_the_choice_line(self):
+    # Six significant digits: a four-digit format would write 0.0001235 here.
+    choice = _choice({'client_learning_rate': (0.00012345, 0.001)},
+                     {'client_learning_rate': 0.00012345})
+    self.assertEqual(choice.values_text(), 'client_learning_rate=0.00012345')
+    self.assertEqual(summary.search_table(choice, 'accuracy')[2:],
+                     ['| 0.00012345 | **50.00** |', '| 0.001 | 50.00 |'])
+    grid = _choice({'client_learning_rate': (0.00012345, 0.001), 'clip_norm': (0.00012345, 1.0)},
+                   {'client_learning_rate': 0.001, 'clip_norm': 0.00012345})
+    table = summary.search_table(grid, 'accuracy')
+    self.assertEqual(table[0], '| client_learning_rate \\ clip_norm | 0.00012345 | 1 |')
+    self.assertEqual(table[2:], ['| 0.00012345 | 50.00 | 50.00 |',
+                                 '| 0.001 | **50.00** | 50.00 |'])
+    self.assertEqual([lr_search.value_text(v) for v in (None, 1.0, 3, 'adam')],
+                     ['', '1', '3', 'adam'])
+
 
 class CpuPathTest(absltest.TestCase):
 
