@@ -102,6 +102,33 @@ class RunnerTest(absltest.TestCase):
     self.assertEqual(jobs.progress_line(), 'sweep adaptation: 1/4 runs done, 1 running, 2 left | '
                      '0:01:40 elapsed | ETA 0:04:10')  # 2.5 runs x 100 s
 
+  def test_rounds_logged_before_count_as_done_in_the_eta(self):
+    # Two runs of 500 rounds copied at round 300 (--resume_from) or stopped
+    # there by an earlier invocation, one untouched: 600 of 1,500 rounds done
+    # before any starts. One of them then runs 50 rounds in 100 s.
+    runs = [plan.Run(run_id=f'a/seed_{s}', config='a', seed=s, flags={}, total_rounds=500)
+            for s in range(3)]
+    for run in runs[:2]:
+      os.makedirs(os.path.dirname(plan.log_path(self.root, run)), exist_ok=True)
+      with open(plan.log_path(self.root, run), 'w') as f:
+        f.write('round 299/300\nround 300/300\n')
+    jobs = runner.Runner(self.root, runs, self._command(), name='t', dependencies={},
+                         interactive=False)
+    self.assertIn('rounds 600/1500', jobs.progress_line())
+    job = jobs._jobs[0]
+    with open(plan.log_path(self.root, job.run), 'a') as f:
+      job.log_offset = f.tell()
+      f.write('round 301/500\n')
+    job.state = 'running'
+    jobs._read_round(job)
+    with open(plan.log_path(self.root, job.run), 'a') as f:
+      f.write('round 350/500\n')
+    jobs._read_round(job)
+    jobs._started = time.monotonic() - 100
+    # 850 rounds left at 50 rounds per 100 s.
+    self.assertEqual(jobs.progress_line(), 'sweep t: 0/3 runs done, 1 running, 2 left | '
+                     'rounds 650/1500 | 0:01:40 elapsed | ETA 0:28:20')
+
   def test_failed_search_run_skips_the_runs_that_need_it(self):
     runs = self._runs(configs=[{'name': 'a'}, {'name': 'b', 'lr_search': False}],
                       lr_search={'grid': {'client_learning_rate': [0.1, 1.0]}})

@@ -139,6 +139,12 @@ class Runner:
                        else plan.dependencies(r, runs)) for r in runs]
     self._is_finished = is_finished
     self._by_id = {j.run.run_id: j for j in self._jobs}
+    # A run trained part of the way by an earlier invocation (or copied by
+    # --resume_from) counts its logged rounds as done before it restarts, so
+    # the ETA is not that of training it from scratch. The rounds after its
+    # last checkpoint are retrained: an ETA low by at most that much.
+    for job in self._jobs:
+      job.latest_round = self._logged_round(job, 0) or 0
     self._command_fn = command_fn
     self._parallel = parallel
     self._slot_workers = [list(workers[i::parallel]) for i in range(parallel)] if workers else None
@@ -216,16 +222,20 @@ class Runner:
       json.dump(running, f, indent=2, sort_keys=True)
 
   # --- progress ----------------------------------------------------------------
-  def _read_round(self, job: _Job) -> None:
+  def _logged_round(self, job: _Job, offset: int) -> Optional[int]:
+    """The last round the run's log reports after `offset`; None if none."""
     path = plan.log_path(self._dir, job.run)
     try:
       with open(path, 'rb') as f:
-        f.seek(max(job.log_offset, os.path.getsize(path) - _TAIL_BYTES))
+        f.seek(max(offset, os.path.getsize(path) - _TAIL_BYTES))
         matches = _ROUND_LINE.findall(f.read())
     except OSError:
-      return
-    if matches:
-      latest = int(matches[-1][0])
+      return None
+    return int(matches[-1][0]) if matches else None
+
+  def _read_round(self, job: _Job) -> None:
+    latest = self._logged_round(job, job.log_offset)
+    if latest is not None:
       if job.first_round is None:
         job.first_round = latest
       job.latest_round = max(job.latest_round, latest)
