@@ -170,6 +170,9 @@ class Runner:
     except AlreadyFinished as e:
       job.state, job.reason = 'finished_before', str(e)
       return
+    # command_fn may just have copied the run from an earlier sweep (its
+    # search chose the values it trained with): count its logged rounds too.
+    job.latest_round = max(job.latest_round, self._logged_round(job, 0) or 0)
     if self._slot_workers is not None:
       argv.append(f'--workers={",".join(self._slot_workers[slot])}')
     path = plan.log_path(self._dir, job.run)

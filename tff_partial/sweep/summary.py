@@ -334,13 +334,14 @@ def search_table(choice, metric: str) -> list:
 
   if len(searched) == 2:
     rows, columns = searched
+    column_values = choice.grid_values(columns)
     by_values = {(t.values[rows], t.values[columns]): t for t in choice.trials}
     lines = [f'| {rows} \\ {columns} | '
-             + ' | '.join(lr_search.value_text(v) for v in choice.grid_values(columns)) + ' |',
-             '|---|' + '---|' * len(choice.grid_values(columns))]
+             + ' | '.join(lr_search.value_text(v) for v in column_values) + ' |',
+             '|---|' + '---|' * len(column_values)]
     for r in choice.grid_values(rows):
       lines.append(f'| {lr_search.value_text(r)} | ' + ' | '.join(
-          cell(by_values.get((r, c))) for c in choice.grid_values(columns)) + ' |')
+          cell(by_values.get((r, c))) for c in column_values) + ' |')
     return lines
   lines = ['| ' + ' | '.join(searched + [f'validation {metric}']) + ' |',
            '|' + '---|' * (len(searched) + 1)]
