@@ -198,14 +198,20 @@ class ExtendedSearchGridTest(absltest.TestCase):
         command=[sys.executable, self.script],
         check_fn=lambda argvs: ([None] * len(argvs), 4))
 
-  def _sweep(self, name, grid, resume_from=None):
+  def _trained(self):
+    if not os.path.exists(self.trained_file):
+      return []
+    with open(self.trained_file) as f:
+      return [line.strip() for line in f]
+
+  def _sweep(self, name, grid, resume_from=None, print_fn=lambda _: None):
     data = _with(_SPEC, name=name, lr_search__grid__server_learning_rate=grid)
     directory = os.path.join(self.root, name)
     prepared = sweep.prepare(spec_lib.from_dict(data), directory, self.train,
                              resume_from=resume_from)
     if os.path.exists(self.trained_file):
       os.remove(self.trained_file)
-    report, _ = sweep.run(prepared, self.train, parallel=2, print_fn=lambda _: None,
+    report, _ = sweep.run(prepared, self.train, parallel=2, print_fn=print_fn,
                           summary_dir=os.path.join(self.root, name + '_summary'),
                           interactive=False)
     with open(self.trained_file) as f:
@@ -238,6 +244,20 @@ class ExtendedSearchGridTest(absltest.TestCase):
     self.assertEqual(report.states['runs/fedavg/seed_0'], 'done')
     with open(os.path.join(self.root, 'other', 'runs', 'fedavg', 'seed_1', 'flags.json')) as f:
       self.assertEqual(json.load(f)['server_learning_rate'], 4.0)
+
+
+  def test_the_choice_and_an_edge_warning_are_printed_before_the_full_runs_train(self):
+    printed = []  # (line, how many runs had trained when it was printed)
+    self._sweep('edge', [0.5, 1.0],
+                print_fn=lambda line: printed.append((line, len(self._trained()))))
+    choice = 'the search of fedavg chose server_learning_rate=1 (validation accuracy 0.5000'
+    warning = ("warning: the search of fedavg chose a value at its grid's edge: "
+               'server_learning_rate = 1 is the largest value of its grid (0.5, 1); widen the grid')
+    for text in (choice, warning):
+      when = [trained for line, trained in printed if line.startswith(text)]
+      # Once as the first full run starts (both search runs trained, no full
+      # run yet), once more at the end (all 6 runs trained).
+      self.assertEqual(when, [2, 6], text)
 
 
 class ExtendsTest(absltest.TestCase):

@@ -1,11 +1,13 @@
 """Tests of the sweep's subprocess scheduler with stand-in runs (no TensorFlow)."""
 
+import io
 import json
 import os
 import signal
 import sys
 import threading
 import time
+from unittest import mock
 
 from absl.testing import absltest
 
@@ -101,6 +103,20 @@ class RunnerTest(absltest.TestCase):
     jobs._started = time.monotonic() - 100
     self.assertEqual(jobs.progress_line(), 'sweep adaptation: 1/4 runs done, 1 running, 2 left | '
                      '0:01:40 elapsed | ETA 0:04:10')  # 2.5 runs x 100 s
+
+  def test_a_note_clears_the_interactive_progress_line_first(self):
+    runs = [plan.Run(run_id='a/seed_0', config='a', seed=0, flags={}, total_rounds=2)]
+    printed = []
+    jobs = runner.Runner(self.root, runs, self._command(), name='t', dependencies={},
+                         print_fn=printed.append, interactive=True)
+    with mock.patch.object(sys, 'stdout', new_callable=io.StringIO) as out:
+      jobs._show()
+      line = out.getvalue()[1:]
+      jobs.note('the search of a chose x=1')
+      jobs._show()
+    self.assertEqual(printed, ['the search of a chose x=1'])
+    # The note goes to a cleared line; the progress line is drawn anew after it.
+    self.assertEqual(out.getvalue(), f'\r{line}\r{" " * len(line)}\r\r{line}')
 
   def test_rounds_logged_before_count_as_done_in_the_eta(self):
     # Two runs of 500 rounds copied at round 300 (--resume_from) or stopped

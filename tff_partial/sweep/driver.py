@@ -168,14 +168,23 @@ def run(prepared: Prepared, train: TrainInterface, *, parallel: int = 1,
   """
   choices = _Choices(prepared)
   runs = search_runs(prepared) if search_only else prepared.runs
+  announced = set()
 
   def command(r: plan.Run) -> list:
     tuned = None
     if r.tuned_by is not None:
       try:
-        tuned = choices.get(r.tuned_by).values
+        choice = choices.get(r.tuned_by)
       except ValueError as e:
         raise runner.SkipRun(str(e)) from e
+      tuned = choice.values
+      if r.tuned_by not in announced:
+        # Said when the first run it tunes starts, not only after the whole
+        # sweep: a choice at its grid's edge can be widened before hours of
+        # full runs are spent on it.
+        announced.add(r.tuned_by)
+        for line in _choice_lines(prepared, r.tuned_by, choice, search_only=False):
+          sweep_runner.note(line)
       if (carry_lib.copy_if_same_choice(prepared.carry, prepared.sweep_dir, r, tuned)
           and plan.is_finished(prepared.sweep_dir, r)):
         raise runner.AlreadyFinished(
@@ -187,23 +196,31 @@ def run(prepared: Prepared, train: TrainInterface, *, parallel: int = 1,
     if prepared.carry is not None:
       copied = carry_lib.copy_runs(prepared.carry, prepared.sweep_dir)
       print_fn(f'{carry_lib.describe(prepared.carry)}; {len(copied)} copied now')
-    report = runner.Runner(
+    sweep_runner = runner.Runner(
         prepared.sweep_dir, runs, command, parallel=parallel, workers=workers,
-        name=prepared.spec.name, print_fn=print_fn, interactive=interactive).run()
+        name=prepared.spec.name, print_fn=print_fn, interactive=interactive)
+    report = sweep_runner.run()
   for run_id, reason in report.reasons.items():
     print_fn(f'{report.states[run_id]}: {run_id}: {reason}')
-  for config, choice in choices.available().items():
-    seeds = len(choice.trials[0].scores)
-    print_fn(f'the search of {config} chose {choice.values_text()} '
-             f'(validation {prepared.spec.lr_search.metric} {choice.score:.4f}, '
-             + ('one seed)' if seeds == 1 else f'mean over {seeds} seeds)'))
-    if search_only:  # the grid, to judge where the choice sits before the full runs
-      for line in summary.search_table(choice, prepared.spec.lr_search.metric):
-        print_fn(line)
-    if choice.at_edge:
-      print_fn(f'warning: the search of {config} chose a value at its grid\'s edge: '
-               f'{choice.edge_text()}; widen the grid (docs/sweeps.md)')
+  for config, choice in choices.available().items():  # again at the end, for the record
+    for line in _choice_lines(prepared, config, choice, search_only):
+      print_fn(line)
   return report, summarize(prepared, summary_dir=summary_dir, choices=choices)
+
+
+def _choice_lines(prepared: Prepared, config: str, choice: lr_search.Choice,
+                  search_only: bool) -> list:
+  """What the search of `config` chose; its grid (`search_only`); an edge warning."""
+  seeds = len(choice.trials[0].scores)
+  lines = [f'the search of {config} chose {choice.values_text()} '
+           f'(validation {prepared.spec.lr_search.metric} {choice.score:.4f}, '
+           + ('one seed)' if seeds == 1 else f'mean over {seeds} seeds)')]
+  if search_only:  # the grid, to judge where the choice sits before the full runs
+    lines += summary.search_table(choice, prepared.spec.lr_search.metric)
+  if choice.at_edge:
+    lines.append(f'warning: the search of {config} chose a value at its grid\'s edge: '
+                 f'{choice.edge_text()}; widen the grid (docs/sweeps.md)')
+  return lines
 
 
 def summarize(prepared: Prepared, *, summary_dir: Optional[str] = None,

@@ -270,6 +270,14 @@ class Runner:
         parts.append(f'ETA {_format_seconds(to_go * elapsed / counts["done"])}')
     return ' | '.join(parts)
 
+  def note(self, line: str) -> None:
+    """Prints `line` between progress lines (an interactive one is cleared first)."""
+    if self._interactive and self._last_line:
+      sys.stdout.write('\r' + ' ' * len(self._last_line) + '\r')
+      sys.stdout.flush()
+      self._last_line = None
+    self._print(line)
+
   def _show(self, force: bool = False) -> None:
     line = self.progress_line()
     now = time.monotonic()
