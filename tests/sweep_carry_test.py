@@ -214,8 +214,7 @@ class ExtendedSearchGridTest(absltest.TestCase):
     report, _ = sweep.run(prepared, self.train, parallel=2, print_fn=print_fn,
                           summary_dir=os.path.join(self.root, name + '_summary'),
                           interactive=False)
-    with open(self.trained_file) as f:
-      trained = sorted(os.path.relpath(line.strip(), directory) for line in f)
+    trained = sorted(os.path.relpath(path, directory) for path in self._trained())
     return prepared, report, trained
 
   def test_runs_are_copied_when_the_search_chooses_their_values_again(self):
@@ -244,7 +243,6 @@ class ExtendedSearchGridTest(absltest.TestCase):
     self.assertEqual(report.states['runs/fedavg/seed_0'], 'done')
     with open(os.path.join(self.root, 'other', 'runs', 'fedavg', 'seed_1', 'flags.json')) as f:
       self.assertEqual(json.load(f)['server_learning_rate'], 4.0)
-
 
   def test_the_choice_and_an_edge_warning_are_printed_before_the_full_runs_train(self):
     printed = []  # (line, how many runs had trained when it was printed)
