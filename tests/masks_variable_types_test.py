@@ -135,7 +135,7 @@ class VariableTypesTest(tf.test.TestCase):
     except ModuleNotFoundError:
       self.skipTest('tasks/stackoverflow.py is not on this branch yet')
     from scripts.methods import pvt  # pylint: disable=g-import-not-at-top
-    pvt._register_task_layers()  # pylint: disable=protected-access
+    pvt.register_task_layers()
     body = [
         ('PositionEmbedding.embeddings', A.value),
         ('EinsumDense.kernel', M.value), ('EinsumDense.bias', A.value),

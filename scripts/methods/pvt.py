@@ -74,7 +74,7 @@ def build(ctx: method.MethodContext) -> method.BuiltMethod:
       freeze_matrices_first=_MATRICES_FIRST.value)
 
 
-def _register_task_layers() -> None:
+def register_task_layers() -> None:
   """Roles of the task models' custom layers (see variable_types)."""
   try:
     stackoverflow = importlib.import_module('tasks.stackoverflow')
@@ -146,7 +146,7 @@ def build_pvt_method(
     freeze_matrices_first: bool = False,
 ) -> method.BuiltMethod:
   """`BuiltMethod` of PVT on `ctx.task` (the flags' values passed in)."""
-  _register_task_layers()
+  register_task_layers()
   keras_model = ctx.task.keras_model_fn()
   try:
     types = variable_types.classify_variables(keras_model)
