@@ -5,8 +5,6 @@ import io
 import json
 import math
 import os
-import shutil
-import tempfile
 
 from absl import flags
 from absl.testing import absltest
@@ -93,9 +91,7 @@ class ReadCountsTest(absltest.TestCase):
 
   def setUp(self):
     super().setUp()
-    self.dir = tempfile.mkdtemp()
-    self.addCleanup(shutil.rmtree, self.dir, ignore_errors=True)
-    self.path = os.path.join(self.dir, 'metrics.csv')
+    self.path = self.create_tempfile('metrics.csv').full_path
 
   def _write(self, text):
     with open(self.path, 'w') as f:
@@ -123,8 +119,7 @@ class BinaryTest(absltest.TestCase):
     super().setUp()
     if not FLAGS.is_parsed():
       FLAGS.mark_as_parsed()
-    self.dir = tempfile.mkdtemp()
-    self.addCleanup(shutil.rmtree, self.dir, ignore_errors=True)
+    self.dir = self.create_tempdir().full_path
 
   def _main(self, **flag_values):
     out, err = io.StringIO(), io.StringIO()
