@@ -105,25 +105,30 @@ def _group(item: str) -> dict:
     if len(values) > 1:
       raise UsageError(f'--runs: the runs in {item} differ in --{key} ({sorted(values)})')
   variables = _variables(saved[0])
-  sampler = _sampler(saved[0], [kind for _, kind in variables])
-  observed, rounds = [], []
-  for d in dirs:
+  types = [kind for _, kind in variables]
+  observed, expected, probabilities, rounds = [], [], [], []
+  for d, run_flags in zip(dirs, saved):
     run_rounds, counts = coverage.read_counts(os.path.join(d, 'metrics.csv'))
     if counts.shape[1] != len(variables):
       raise UsageError(
           f'--runs: {d} counts {counts.shape[1]} variables, its task model has {len(variables)}')
     observed.append(coverage.observed(counts))
     rounds.append(int(run_rounds[-1]))
+    # Per run: a `fixed` mask depends on the run's seed.
+    p = _sampler(run_flags, types).trained_probability()
+    probabilities.append(p)
+    expected.append(coverage.expected(p, run_flags['clients_per_round'],
+                                      run_flags['pvt_scheme']))
   return {
-      'item': item, 'flags': saved[0], 'variables': variables, 'sampler': sampler,
-      'rounds': rounds, 'observed': observed,
-      'expected': coverage.expected(sampler.trained_probability(),
-                                    saved[0]['clients_per_round'], saved[0]['pvt_scheme']),
+      'item': item, 'flags': saved[0], 'variables': variables,
+      'sampler': _sampler(saved[0], types), 'trained_probability': np.mean(probabilities, axis=0),
+      'rounds': rounds, 'observed': observed, 'expected': expected,
   }
 
 
-def _mean(observed, field):
-  return np.mean([getattr(o, field) for o in observed], axis=0)
+def _mean(coverages, field):
+  """Mean over the group's runs of one `Coverage` field (per variable)."""
+  return np.mean([getattr(c, field) for c in coverages], axis=0)
 
 
 def _fmt(value, digits=2):
@@ -144,7 +149,7 @@ def group_row(g: dict) -> str:
   ]
   for field, digits in (('mean_clients', 2), ('untrained_share', 3), ('mean_staleness', 2)):
     cells.append(f'{_fmt(np.mean(_mean(obs, field)[idx]), digits)} '
-                 f'({_fmt(np.mean(getattr(exp, field)[idx]), digits)})')
+                 f'({_fmt(np.mean(_mean(exp, field)[idx]), digits)})')
   cells.append(f'{int(np.max([o.longest_gap[idx].max() for o in obs]))}')
   return '| ' + ' | '.join(cells) + ' |'
 
@@ -158,7 +163,7 @@ GROUP_HEADER = (
 
 def variable_table(g: dict) -> str:
   obs, exp = g['observed'], g['expected']
-  p = g['sampler'].trained_probability()
+  p = g['trained_probability']
   lines = [f'{os.path.basename(os.path.normpath(g["item"]))}: per variable (mean over '
            f'{len(obs)} run(s))', '',
            '| variable | type | p(client trains it) | clients per round (expected) '
@@ -167,9 +172,9 @@ def variable_table(g: dict) -> str:
   for i, (name, kind) in enumerate(g['variables']):
     lines.append(
         f'| {name} | {kind} | {p[i]:.3f} '
-        f'| {_mean(obs, "mean_clients")[i]:.2f} ({exp.mean_clients[i]:.2f}) '
-        f'| {_mean(obs, "untrained_share")[i]:.3f} ({exp.untrained_share[i]:.3f}) '
-        f'| {_fmt(_mean(obs, "mean_staleness")[i])} ({_fmt(exp.mean_staleness[i])}) '
+        f'| {_mean(obs, "mean_clients")[i]:.2f} ({_mean(exp, "mean_clients")[i]:.2f}) '
+        f'| {_mean(obs, "untrained_share")[i]:.3f} ({_mean(exp, "untrained_share")[i]:.3f}) '
+        f'| {_fmt(_mean(obs, "mean_staleness")[i])} ({_fmt(_mean(exp, "mean_staleness")[i])}) '
         f'| {int(np.max([o.longest_gap[i] for o in obs]))} |')
   return '\n'.join(lines)
 

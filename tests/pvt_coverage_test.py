@@ -152,6 +152,27 @@ class BinaryTest(absltest.TestCase):
     with open(output) as f:
       self.assertEqual(f.read(), out)
 
+  def test_a_fixed_mask_is_expected_per_seed(self):
+    # `fixed` freezes 2 of emnist_cnn's 4 kernels, a different 2 per seed; each
+    # run's counts follow its own mask (2 clients), so observed = expected per
+    # variable, and the expectation must average the two seeds' masks.
+    types = [M, A] * 4
+    masks = [schemes.MaskSampler(types, 'fixed', 0.5, seed=s).mask(0, 0) for s in (0, 1)]
+    self.assertFalse(np.array_equal(masks[0], masks[1]))
+    config = os.path.join(self.dir, 'fixed')
+    for s, mask in enumerate(masks):
+      counts = [int(2 * m) for m in mask]
+      _write_run(os.path.join(config, f'seed_{s}'), [counts] * 3, pvt_scheme='fixed', seed=s)
+    code, out, err = self._main(runs=[config], per_variable=True, output=None)
+    self.assertEqual(code, 0, err)
+    names = ['conv1/kernel:0', 'conv1/bias:0', 'conv2/kernel:0', 'conv2/bias:0',
+             'dense1/kernel:0', 'dense1/bias:0', 'dense2/kernel:0', 'dense2/bias:0']
+    for i in range(0, 8, 2):
+      share = 1.0 - (masks[0][i] + masks[1][i]) / 2
+      self.assertIn(f'| {names[i]} | multiplicative_matrix | {1 - share:.3f} '
+                    f'| {2 * (1 - share):.2f} ({2 * (1 - share):.2f}) '
+                    f'| {share:.3f} ({share:.3f}) |', out)
+
   def test_bad_input_is_one_line(self):
     fedavg = os.path.join(self.dir, 'fedavg')
     _write_run(fedavg, [[1] * 8], algorithm='fedavg')
