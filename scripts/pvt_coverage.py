@@ -106,7 +106,7 @@ def _group(item: str) -> dict:
       raise UsageError(f'--runs: the runs in {item} differ in --{key} ({sorted(values)})')
   variables = _variables(saved[0])
   types = [kind for _, kind in variables]
-  observed, expected, probabilities, rounds = [], [], [], []
+  observed, expected, probabilities, rounds, samplers = [], [], [], [], []
   for d, run_flags in zip(dirs, saved):
     run_rounds, counts = coverage.read_counts(os.path.join(d, 'metrics.csv'))
     if counts.shape[1] != len(variables):
@@ -115,13 +115,14 @@ def _group(item: str) -> dict:
     observed.append(coverage.observed(counts))
     rounds.append(int(run_rounds[-1]))
     # Per run: a `fixed` mask depends on the run's seed.
-    p = _sampler(run_flags, types).trained_probability()
+    samplers.append(_sampler(run_flags, types))
+    p = samplers[-1].trained_probability()
     probabilities.append(p)
     expected.append(coverage.expected(p, run_flags['clients_per_round'],
                                       run_flags['pvt_scheme']))
   return {
       'item': item, 'flags': saved[0], 'variables': variables,
-      'sampler': _sampler(saved[0], types), 'trained_probability': np.mean(probabilities, axis=0),
+      'sampler': samplers[0], 'trained_probability': np.mean(probabilities, axis=0),
       'rounds': rounds, 'observed': observed, 'expected': expected,
   }
 
