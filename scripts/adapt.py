@@ -41,6 +41,7 @@ from tff_partial.adaptation import strategies
 from tff_partial.adaptation import summary as summary_lib
 from tff_partial.training import atomic
 from tff_partial.training import determinism
+from tff_partial.training import resumable
 
 _RUN_DIR = flags.DEFINE_string(
     'run_dir', None, 'Directory of a scripts.train run (model_weights.npz, flags.json).')
@@ -103,15 +104,14 @@ _RUN_FLAGS = ('task', 'data_source', 'data_dir', 'cache_dir')
 
 
 def load_run_flags(run_dir: str) -> dict:
-  path = os.path.join(run_dir, 'flags.json')
-  if not os.path.exists(path):
+  try:
+    saved = resumable.read_flags(run_dir)
+  except ValueError as e:
+    raise flag_groups.FlagError(f'--run_dir: {e}') from e
+  if saved is None:
     return {}
-  with open(path) as f:
-    saved = json.load(f)
-  if isinstance(saved, dict) and isinstance(saved.get('flags'), dict):
+  if isinstance(saved.get('flags'), dict):
     saved = saved['flags']
-  if not isinstance(saved, dict):
-    raise flag_groups.FlagError(f'--run_dir: {path} is not a JSON object of flags')
   return saved
 
 

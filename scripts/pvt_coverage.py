@@ -54,11 +54,12 @@ class UsageError(ValueError):
 
 
 def _load_flags(run_dir: str) -> dict:
-  path = os.path.join(run_dir, resumable.FLAGS_FILE)
-  if not os.path.exists(path):
+  try:
+    saved = resumable.read_flags(run_dir)
+  except ValueError as e:
+    raise UsageError(f'--runs: {e}') from e
+  if saved is None:
     raise UsageError(f'--runs: {run_dir} has no {resumable.FLAGS_FILE}: not a scripts.train run')
-  with open(path) as f:
-    saved = json.load(f)
   if saved.get('algorithm') != 'pvt':
     raise UsageError(
         f'--runs: {run_dir} is an --algorithm={saved.get("algorithm")} run; this '

@@ -190,6 +190,13 @@ class BinaryTest(absltest.TestCase):
     code, _, err = self._main(runs=[os.path.join(self.dir, 'missing')])
     self.assertEqual((code, err.strip()),
                      (2, f'error: --runs: {self.dir}/missing is not a directory'))
+    broken = os.path.join(self.dir, 'broken')
+    os.makedirs(broken)
+    with open(os.path.join(broken, 'flags.json'), 'w') as f:
+      f.write('["not", "flags"]')
+    code, _, err = self._main(runs=[broken])
+    self.assertEqual((code, err),
+                     (2, f'error: --runs: {broken}/flags.json is not a JSON object of flags\n'))
 
 
 if __name__ == '__main__':

@@ -22,7 +22,6 @@ already in the new sweep is left as it is.
 """
 
 import dataclasses
-import json
 import os
 import shutil
 from typing import Any, Mapping, Optional, Sequence
@@ -174,9 +173,10 @@ def copy_if_same_choice(carry: Optional[CarryPlan], sweep_dir: str, run: plan.Ru
   if item is None or os.path.exists(plan.run_dir(sweep_dir, run)):
     return False
   try:
-    with open(os.path.join(item.source, resumable.FLAGS_FILE)) as f:
-      trained = json.load(f)
+    trained = resumable.read_flags(item.source)
   except (OSError, ValueError):
+    return False
+  if trained is None:
     return False
   if any(k not in trained or trained[k] != v for k, v in values.items()):
     return False

@@ -120,9 +120,8 @@ class RunResult:
 
 def _cpu_path(directory: str) -> str:
   try:
-    with open(os.path.join(directory, resumable.FLAGS_FILE)) as f:
-      return str(json.load(f).get(resumable.CPU_PATH_KEY, ''))
-  except (OSError, ValueError, AttributeError):
+    return str((resumable.read_flags(directory) or {}).get(resumable.CPU_PATH_KEY, ''))
+  except (OSError, ValueError):
     return ''
 
 

@@ -258,9 +258,8 @@ def check_or_save_flags(output_dir: str, run_flags: dict,
   resuming across such an upgrade as long as the new flag is left at its default.
   """
   path = os.path.join(output_dir, resumable.FLAGS_FILE)
-  if os.path.exists(path):
-    with open(path) as f:
-      saved = json.load(f)
+  saved = resumable.read_flags(output_dir)
+  if saved is not None:
     saved = {**(flag_defaults or {}), **saved}
     keys = (set(saved) | set(run_flags)) - resumable.RESUMABLE_FLAG_CHANGES
     diff = sorted(k for k in keys if saved.get(k) != run_flags.get(k))
