@@ -145,9 +145,19 @@ class ClientLoopTest(tf.test.TestCase):
     # A task or CPU not measured: TFF's default.
     self.assertEqual(client_loop.resolve('auto', 'not_a_task', onednn=True, avx512=True),
                      'reduce')
-    self.assertEqual(client_loop.resolve('auto', 'emnist_cnn_gn', onednn=False, avx512=False),
-                     'reduce')
-    self.assertLen(client_loop.MEASURED_FASTER, 16)  # 8 tasks x 2 oneDNN paths
+    # Measured on a CPU without AVX-512 (docs/benchmark_results/client_loop_no_avx512/):
+    # the iterator loop for every task but the Stack Overflow transformer.
+    for onednn in (False, True):
+      self.assertEqual(
+          client_loop.resolve('auto', 'cifar10_resnet18', onednn=onednn, avx512=False),
+          'iterator')
+      self.assertEqual(
+          client_loop.resolve('auto', 'stackoverflow_nwp', onednn=onednn, avx512=False),
+          'reduce')
+      self.assertEqual(
+          client_loop.resolve('auto', 'stackoverflow_nwp', onednn=onednn, avx512=True),
+          'iterator')
+    self.assertLen(client_loop.MEASURED_FASTER, 32)  # 8 tasks x 2 oneDNN paths x AVX-512 or not
     for (task, onednn, avx512), loop in client_loop.MEASURED_FASTER.items():
       self.assertEqual(client_loop.resolve('auto', task, onednn=onednn, avx512=avx512), loop)
     with self.assertRaisesRegex(ValueError, '--client_loop=.*valid values: auto'):

@@ -7,10 +7,10 @@ dataset's iterator in the training graph). Both take the same steps in the
 same order; which one is faster depends on the model and on TensorFlow's CPU
 path (oneDNN on or off, AVX-512 or not), so `auto` picks, per task and CPU
 path, the loop that `scripts.benchmark` measured faster (`MEASURED_FASTER`;
-measure a row with `--benchmark_configs=tff_fedavg,tff_fedavg_iterator` per
-task under `TF_ENABLE_ONEDNN_OPTS=0` and `=1`), and TFF's default where
-nothing was measured, so that `auto` is never slower than TFF's default by
-measurement.
+measure a CPU with `docs/benchmark_results/client_loop_no_avx512/run.sh`,
+which runs this package's FedAvg with each loop beside TFF's default FedAvg
+for every task under `TF_ENABLE_ONEDNN_OPTS=0` and `=1`), and TFF's default
+where nothing was measured.
 
 The CPU path that matters is the one of TFF's worker, where clients train:
 `TF_ENABLE_ONEDNN_OPTS` when set, else on (the worker binary of TFF 0.87
@@ -33,22 +33,38 @@ _LOOPS = {
     REDUCE: tff.learning.LoopImplementation.DATASET_REDUCE,
 }
 
-# (task, worker oneDNN on, CPU has AVX-512) -> the loop measured faster.
-# Measured 2026-11-23 on a 2-core AMD EPYC (Zen 5, AVX-512), TFF FedAvg with
+# (task, worker oneDNN on, CPU has AVX-512) -> the loop measured faster. The
+# rule: the loop with fewer CPU seconds per round, unless its wall time per
+# round is more than 5% higher (a sweep runs one process per core, where CPU
+# seconds are what limits it).
+#
+# AVX-512: measured 2026-11-23 on a 2-core AMD EPYC (Zen 5), TFF FedAvg with
 # each loop interleaved round by round in one scripts.benchmark run per task
-# and path (docs/benchmarks.md "Client loop by measurement";
-# docs/benchmark_results/client_loop/): the iterator loop used 11-55% fewer
-# CPU seconds per round for every task on both paths (median of per-round
-# ratios 0.45-0.89), and its wall time was lower or within the noise of the
-# shared machine (load 10-25). No CPU without AVX-512 was measured: there
-# `auto` keeps TFF's default (a no-AVX-512 AMD machine measured the iterator
-# loop slower on emnist_cnn_gn: 2.53 vs 2.01 s/round, issue 17).
+# and path: the iterator loop used 11-55% fewer CPU seconds per round for
+# every task on both paths (median of per-round ratios 0.45-0.89), and its
+# wall time was lower or within the noise of the shared machine (load 10-25).
+# Those runs' files are not in the repository (the docs section and folder
+# this comment named before were never committed); the figures are from the
+# commit that set these rows (18089a1).
 _TASKS_MEASURED = ('emnist_cnn_gn', 'emnist_cnn', 'emnist_2nn', 'cifar10_resnet18',
                    'stackoverflow_nwp', 'stackoverflow_tags', 'shakespeare_char',
                    'shakespeare_word')
-MEASURED_FASTER: dict[tuple[str, bool, bool], str] = {
-    (task, onednn, True): ITERATOR
-    for task in _TASKS_MEASURED for onednn in (False, True)}
+_AVX512 = {(task, onednn, True): ITERATOR
+           for task in _TASKS_MEASURED for onednn in (False, True)}
+# No AVX-512: measured 2026-11-25 on a quiet 2-core AMD EPYC (Zen 3), this
+# package's FedAvg with each loop and TFF's default FedAvg interleaved round
+# by round, 10 clients, 6 timed rounds per task and path
+# (docs/benchmark_results/client_loop_no_avx512/, docs/benchmarks.md "Client
+# loop by measurement"). Median per-round ratio iterator / reduce, wall (CPU),
+# oneDNN off; on: cifar10_resnet18 0.55 (0.56); 0.58 (0.50), emnist_2nn 0.65
+# (0.61); 0.74 (0.60), emnist_cnn 0.96 (0.93); 0.84 (0.76), emnist_cnn_gn 1.03
+# (0.88); 0.84 (0.76), shakespeare_char 0.92 (0.85); 0.92 (0.81),
+# shakespeare_word 0.96 (0.87); 0.88 (0.81), stackoverflow_tags 0.95 (0.90);
+# 0.86 (0.85), and stackoverflow_nwp 1.18 (1.15); 1.36 (1.44): the transformer
+# is faster with dataset.reduce on this CPU.
+_NO_AVX512 = {(task, onednn, False): (REDUCE if task == 'stackoverflow_nwp' else ITERATOR)
+              for task in _TASKS_MEASURED for onednn in (False, True)}
+MEASURED_FASTER: dict[tuple[str, bool, bool], str] = {**_AVX512, **_NO_AVX512}
 
 
 def worker_onednn() -> bool:
