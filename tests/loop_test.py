@@ -19,12 +19,14 @@ def _femnist_task(name, batch_size=20, max_elements=None):
   return testing_utils.femnist_task(name, batch_size=batch_size, max_elements=max_elements)
 
 
-def _fedavg(task, client_lr=0.1):
+def _fedavg(task, client_lr=0.1, loop_implementation=None):
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+  extra = {} if loop_implementation is None else {'loop_implementation': loop_implementation}
   return fedavg.build(method.MethodContext(
       task=task,
       client_optimizer=tff.learning.optimizers.build_sgdm(learning_rate=client_lr),
       server_optimizer=tff.learning.optimizers.build_sgdm(learning_rate=1.0),
+      **extra,
   ))
 
 
@@ -69,6 +71,23 @@ class LoopTest(tf.test.TestCase):
     full_rows = _rows(os.path.join(full_dir, 'metrics.csv'))
     self.assertLen(full_rows, 5)
     self.assertEqual(full_rows, _rows(os.path.join(resumed_dir, 'metrics.csv')))
+
+  def test_both_client_loops_train_bit_identical_weights(self):
+    # `--client_loop=auto` picks dataset.reduce or the iterator loop per task
+    # and CPU (client_loop.py), and a run may resume on the other one
+    # (resumable.RESUMABLE_FLAG_CHANGES): the choice must not change the result.
+    import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+    weights = []
+    for impl in (tff.learning.LoopImplementation.DATASET_REDUCE,
+                 tff.learning.LoopImplementation.DATASET_ITERATOR):
+      out = os.path.join(self.create_tempdir().full_path, 'run')
+      loop.run_training(
+          self.task, _fedavg(self.task, loop_implementation=impl), total_rounds=2,
+          clients_per_round=3, seed=7, output_dir=out, print_fn=lambda _: None)
+      weights.append(_weights(os.path.join(out, 'model_weights.npz')))
+    self.assertLen(weights[0], 6)
+    for a, b in zip(*weights):
+      self.assertAllEqual(a, b)
 
   def test_rerun_of_a_finished_run_is_a_no_op(self):
     # 3 rounds, checkpoints every 2: the final state (round 3) is saved by the
