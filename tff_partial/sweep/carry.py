@@ -176,9 +176,7 @@ def copy_if_same_choice(carry: Optional[CarryPlan], sweep_dir: str, run: plan.Ru
     trained = resumable.read_flags(item.source)
   except (OSError, ValueError):
     return False
-  if trained is None:
-    return False
-  if any(k not in trained or trained[k] != v for k, v in values.items()):
+  if trained is None or any(k not in trained or trained[k] != v for k, v in values.items()):
     return False
   return _copy_run(item, carry.source_dir, sweep_dir)
 
