@@ -107,7 +107,8 @@ def _group(item: str) -> dict:
       raise UsageError(f'--runs: the runs in {item} differ in --{key} ({sorted(values)})')
   variables = _variables(saved[0])
   types = [kind for _, kind in variables]
-  observed, expected, probabilities, rounds, samplers = [], [], [], [], []
+  observed, expected, probabilities, rounds = [], [], [], []
+  first_sampler = None  # the group's freezable indices and frozen count (same in every run)
   for d, run_flags in zip(dirs, saved):
     run_rounds, counts = coverage.read_counts(os.path.join(d, 'metrics.csv'))
     if counts.shape[1] != len(variables):
@@ -116,14 +117,16 @@ def _group(item: str) -> dict:
     observed.append(coverage.observed(counts))
     rounds.append(int(run_rounds[-1]))
     # Per run: a `fixed` mask depends on the run's seed.
-    samplers.append(_sampler(run_flags, types))
-    p = samplers[-1].trained_probability()
+    sampler = _sampler(run_flags, types)
+    if first_sampler is None:
+      first_sampler = sampler
+    p = sampler.trained_probability()
     probabilities.append(p)
     expected.append(coverage.expected(p, run_flags['clients_per_round'],
                                       run_flags['pvt_scheme']))
   return {
       'item': item, 'flags': saved[0], 'variables': variables,
-      'sampler': samplers[0], 'trained_probability': np.mean(probabilities, axis=0),
+      'sampler': first_sampler, 'trained_probability': np.mean(probabilities, axis=0),
       'rounds': rounds, 'observed': observed, 'expected': expected,
   }
 
