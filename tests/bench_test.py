@@ -145,18 +145,17 @@ class ClientLoopTest(tf.test.TestCase):
     # A task or CPU not measured: TFF's default.
     self.assertEqual(client_loop.resolve('auto', 'not_a_task', onednn=True, avx512=True),
                      'reduce')
-    # Measured on a CPU without AVX-512 (docs/benchmark_results/client_loop_no_avx512/):
-    # the iterator loop for every task but the Stack Overflow transformer.
+    # Measured on a CPU without AVX-512 (docs/benchmark_results/client_loop_no_avx512/)
+    # and on one with it (client_loop_avx512_intel/): the iterator loop for every task
+    # but the Stack Overflow transformer, on either.
     for onednn in (False, True):
-      self.assertEqual(
-          client_loop.resolve('auto', 'cifar10_resnet18', onednn=onednn, avx512=False),
-          'iterator')
-      self.assertEqual(
-          client_loop.resolve('auto', 'stackoverflow_nwp', onednn=onednn, avx512=False),
-          'reduce')
-      self.assertEqual(
-          client_loop.resolve('auto', 'stackoverflow_nwp', onednn=onednn, avx512=True),
-          'iterator')
+      for avx512 in (False, True):
+        self.assertEqual(
+            client_loop.resolve('auto', 'cifar10_resnet18', onednn=onednn, avx512=avx512),
+            'iterator')
+        self.assertEqual(
+            client_loop.resolve('auto', 'stackoverflow_nwp', onednn=onednn, avx512=avx512),
+            'reduce')
     self.assertLen(client_loop.MEASURED_FASTER, 32)  # 8 tasks x 2 oneDNN paths x AVX-512 or not
     for (task, onednn, avx512), loop in client_loop.MEASURED_FASTER.items():
       self.assertEqual(client_loop.resolve('auto', task, onednn=onednn, avx512=avx512), loop)

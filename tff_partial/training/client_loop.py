@@ -38,33 +38,37 @@ _LOOPS = {
 # round is more than 5% higher (a sweep runs one process per core, where CPU
 # seconds are what limits it).
 #
-# AVX-512: measured 2026-11-23 on a 2-core AMD EPYC (Zen 5), TFF FedAvg with
-# each loop interleaved round by round in one scripts.benchmark run per task
-# and path: the iterator loop used 11-55% fewer CPU seconds per round for
-# every task on both paths (median of per-round ratios 0.45-0.89), and its
-# wall time was lower or within the noise of the shared machine (load 10-25).
-# Those runs' files are not in the repository (the docs section and folder
-# this comment named before were never committed); the figures are from the
-# commit that set these rows (18089a1).
+# Both CPU kinds measured the same way (this package's FedAvg with each loop
+# and TFF's default FedAvg interleaved round by round in one scripts.benchmark
+# run per task and path, 10 clients, 6 timed rounds, quiet 2-core machine;
+# docs/benchmarks.md "Client loop by measurement"), and both give the same
+# choice: the iterator loop for every task but the Stack Overflow transformer,
+# which is faster with dataset.reduce. Median per-round ratio iterator /
+# reduce, wall (CPU), oneDNN off; on:
+#
+# AVX-512: 2026-11-25, Intel Xeon (AVX-512 with VNNI, BF16 and FP16),
+# docs/benchmark_results/client_loop_avx512_intel/: cifar10_resnet18 0.61
+# (0.57); 0.53 (0.45), emnist_2nn 0.69 (0.57); 0.67 (0.58), emnist_cnn 1.00
+# (0.93); 0.73 (0.72), emnist_cnn_gn 0.80 (0.88); 0.73 (0.70),
+# shakespeare_char 0.86 (0.77); 0.78 (0.71), shakespeare_word 0.93 (0.79);
+# 0.96 (0.84), stackoverflow_tags 0.99 (0.94); 0.91 (0.90), and
+# stackoverflow_nwp 1.17 (1.11); 1.18 (1.24). (These rows replace ones from
+# 2026-11-23 on a loaded AMD Zen 5, iterator for every task, whose files were
+# never committed; the transformer was not faster with the iterator here.)
+#
+# No AVX-512: 2026-11-25, AMD EPYC (Zen 3),
+# docs/benchmark_results/client_loop_no_avx512/: cifar10_resnet18 0.55
+# (0.56); 0.58 (0.50), emnist_2nn 0.65 (0.61); 0.74 (0.60), emnist_cnn 0.96
+# (0.93); 0.84 (0.76), emnist_cnn_gn 1.03 (0.88); 0.84 (0.76),
+# shakespeare_char 0.92 (0.85); 0.92 (0.81), shakespeare_word 0.96 (0.87);
+# 0.88 (0.81), stackoverflow_tags 0.95 (0.90); 0.86 (0.85), and
+# stackoverflow_nwp 1.18 (1.15); 1.36 (1.44).
 _TASKS_MEASURED = ('emnist_cnn_gn', 'emnist_cnn', 'emnist_2nn', 'cifar10_resnet18',
                    'stackoverflow_nwp', 'stackoverflow_tags', 'shakespeare_char',
                    'shakespeare_word')
-_AVX512 = {(task, onednn, True): ITERATOR
-           for task in _TASKS_MEASURED for onednn in (False, True)}
-# No AVX-512: measured 2026-11-25 on a quiet 2-core AMD EPYC (Zen 3), this
-# package's FedAvg with each loop and TFF's default FedAvg interleaved round
-# by round, 10 clients, 6 timed rounds per task and path
-# (docs/benchmark_results/client_loop_no_avx512/, docs/benchmarks.md "Client
-# loop by measurement"). Median per-round ratio iterator / reduce, wall (CPU),
-# oneDNN off; on: cifar10_resnet18 0.55 (0.56); 0.58 (0.50), emnist_2nn 0.65
-# (0.61); 0.74 (0.60), emnist_cnn 0.96 (0.93); 0.84 (0.76), emnist_cnn_gn 1.03
-# (0.88); 0.84 (0.76), shakespeare_char 0.92 (0.85); 0.92 (0.81),
-# shakespeare_word 0.96 (0.87); 0.88 (0.81), stackoverflow_tags 0.95 (0.90);
-# 0.86 (0.85), and stackoverflow_nwp 1.18 (1.15); 1.36 (1.44): the transformer
-# is faster with dataset.reduce on this CPU.
-_NO_AVX512 = {(task, onednn, False): (REDUCE if task == 'stackoverflow_nwp' else ITERATOR)
-              for task in _TASKS_MEASURED for onednn in (False, True)}
-MEASURED_FASTER: dict[tuple[str, bool, bool], str] = {**_AVX512, **_NO_AVX512}
+MEASURED_FASTER: dict[tuple[str, bool, bool], str] = {
+    (task, onednn, avx512): (REDUCE if task == 'stackoverflow_nwp' else ITERATOR)
+    for task in _TASKS_MEASURED for onednn in (False, True) for avx512 in (False, True)}
 
 
 def worker_onednn() -> bool:
