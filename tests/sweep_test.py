@@ -220,6 +220,14 @@ class SweepGridTest(absltest.TestCase):
     self.assertIn('| client_learning_rate=0.1+server_learning_rate=1.0 | 2 |', table)
     for name in ('accuracy_vs_rounds.png', 'accuracy_vs_bytes.png'):
       self.assertGreater(os.path.getsize(os.path.join(self.full, 'summary', name)), 10_000)
+    # Every run's curve, copied beside the summary (it outlives the sweep directory).
+    curves = os.path.join(self.full, 'summary', 'curves')
+    self.assertLen(os.listdir(curves), 8)
+    for config in rows:
+      for s in (0, 1):
+        self.assertEqual(
+            _csv_rows(os.path.join(curves, f'{config}_seed{s}.csv')),
+            _csv_rows(os.path.join(self.full, 'runs', config, f'seed_{s}', 'metrics.csv')))
 
   def test_killed_sweep_resumes_to_the_uninterrupted_results(self):
     self.assertEqual(self.killed_returncode, 128 + signal.SIGTERM)

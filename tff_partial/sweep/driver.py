@@ -8,6 +8,7 @@ what is not finished yet and writes the summary; `summarize` only reads.
 import dataclasses
 import fnmatch
 import os
+import shutil
 from typing import Callable, Optional, Sequence
 
 from tff_partial.sweep import carry as carry_lib
@@ -248,4 +249,27 @@ def summarize(prepared: Prepared, *, summary_dir: Optional[str] = None,
       search_metric=spec.lr_search.metric if spec.lr_search else options.metric)
   for path in plots.write(out_dir, summaries, metric=options.metric, title=spec.name):
     paths[os.path.splitext(os.path.basename(path))[0]] = path
+  curves = _copy_curves(prepared, os.path.join(out_dir, CURVES_DIR))
+  if curves:
+    paths['curves'] = curves
   return paths
+
+
+CURVES_DIR = 'curves'
+
+
+def _copy_curves(prepared: Prepared, curves_dir: str) -> Optional[str]:
+  """Each finished run's metrics.csv as `curves_dir/<config>_seed<s>.csv`.
+
+  So that a summary written into the repository (`--summary_dir=docs/results/...`)
+  keeps every run's curve when the sweep directory is gone. None if no run finished.
+  """
+  finished = [r for r in prepared.runs
+              if not r.is_search and plan.is_finished(prepared.sweep_dir, r)]
+  if not finished:
+    return None
+  os.makedirs(curves_dir, exist_ok=True)
+  for run in finished:
+    shutil.copyfile(os.path.join(plan.run_dir(prepared.sweep_dir, run), 'metrics.csv'),
+                    os.path.join(curves_dir, f'{run.config}_seed{run.seed}.csv'))
+  return curves_dir
