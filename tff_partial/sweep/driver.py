@@ -224,17 +224,21 @@ def _choice_lines(prepared: Prepared, config: str, choice: lr_search.Choice,
   return lines
 
 
+CURVES_DIR = 'curves'  # in the summary directory: each finished run's metrics.csv
+
+
 def summarize(prepared: Prepared, *, summary_dir: Optional[str] = None,
               choices: Optional[_Choices] = None) -> dict:
-  """Tables and plots of the finished runs; paths by kind."""
+  """Tables, plots and curves (`CURVES_DIR`) of the finished runs; paths by kind."""
   spec, sweep_dir = prepared.spec, prepared.sweep_dir
   options = spec.summary
   choices = (choices or _Choices(prepared)).available()
-  summaries, results = [], []
+  summaries, results, finished = [], [], []
   for config in prepared.configs:
     config_runs = [r for r in prepared.runs if r.config == config.name and not r.is_search]
-    config_results = [x for x in (summary.read_run(sweep_dir, r, options.metric)
-                                  for r in config_runs) if x is not None]
+    read = [(r, summary.read_run(sweep_dir, r, options.metric)) for r in config_runs]
+    config_results = [x for _, x in read if x is not None]
+    finished += [r for r, x in read if x is not None]
     results += config_results
     tuned_by = config.name if config.tune else config.lr_from
     summaries.append(summary.summarize_config(
@@ -249,27 +253,19 @@ def summarize(prepared: Prepared, *, summary_dir: Optional[str] = None,
       search_metric=spec.lr_search.metric if spec.lr_search else options.metric)
   for path in plots.write(out_dir, summaries, metric=options.metric, title=spec.name):
     paths[os.path.splitext(os.path.basename(path))[0]] = path
-  curves = _copy_curves(prepared, os.path.join(out_dir, CURVES_DIR))
-  if curves:
-    paths['curves'] = curves
+  if finished:
+    paths['curves'] = _copy_curves(sweep_dir, finished, os.path.join(out_dir, CURVES_DIR))
   return paths
 
 
-CURVES_DIR = 'curves'
-
-
-def _copy_curves(prepared: Prepared, curves_dir: str) -> Optional[str]:
-  """Each finished run's metrics.csv as `curves_dir/<config>_seed<s>.csv`.
+def _copy_curves(sweep_dir: str, runs: Sequence[plan.Run], curves_dir: str) -> str:
+  """Each of `runs`' metrics.csv as `curves_dir/<config>_seed<s>.csv`; `curves_dir`.
 
   So that a summary written into the repository (`--summary_dir=docs/results/...`)
-  keeps every run's curve when the sweep directory is gone. None if no run finished.
+  keeps every run's curve when the sweep directory is gone.
   """
-  finished = [r for r in prepared.runs
-              if not r.is_search and plan.is_finished(prepared.sweep_dir, r)]
-  if not finished:
-    return None
   os.makedirs(curves_dir, exist_ok=True)
-  for run in finished:
-    shutil.copyfile(os.path.join(plan.run_dir(prepared.sweep_dir, run), 'metrics.csv'),
+  for run in runs:
+    shutil.copyfile(os.path.join(plan.run_dir(sweep_dir, run), 'metrics.csv'),
                     os.path.join(curves_dir, f'{run.config}_seed{run.seed}.csv'))
   return curves_dir
