@@ -45,6 +45,7 @@ from tensorflow_federated.python.aggregators import factory_utils
 
 from tff_partial.frozen import regeneration
 from tff_partial.frozen import selection
+from tff_partial.training import client_model
 
 
 @dataclasses.dataclass(frozen=True)
@@ -299,7 +300,7 @@ def build_fedpt_process(
   server_weights_type = initial_model_weights_fn.type_signature.result
   distributor = tff.learning.templates.build_broadcast_process(server_weights_type)
   inner_client_work = tff.learning.templates.build_model_delta_client_work(
-      client_model_fn, client_optimizer_fn, client_weighting,
+      client_model.zero_initialized(client_model_fn), client_optimizer_fn, client_weighting,
       metrics_aggregator=metrics_aggregator,
       loop_implementation=loop_implementation)
   client_work = _build_client_work(plan, server_weights_type, inner_client_work)

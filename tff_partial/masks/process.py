@@ -31,6 +31,7 @@ import tensorflow_federated as tff
 from tff_partial.masks import client_work as client_work_lib
 from tff_partial.masks import masked_mean
 from tff_partial.masks import masked_median
+from tff_partial.training import client_model
 
 
 def build_masked_finalizer(
@@ -133,7 +134,7 @@ def build_pvt_process(
   model_weights_type = initial_model_weights_fn.type_signature.result
   distributor = tff.learning.templates.build_broadcast_process(model_weights_type)
   client_work = client_work_lib.build_pvt_client_work(
-      model_fn, client_optimizer_fn, client_weighting, metrics_aggregator,
+      client_model.zero_initialized(model_fn), client_optimizer_fn, client_weighting, metrics_aggregator,
       loop_implementation, static_mask)
   update_type = client_work.next.type_signature.result.result.member.update
   aggregator = model_aggregator.create(update_type, tff.TensorType(np.float32))

@@ -53,6 +53,7 @@ import tensorflow_federated as tff
 
 from tff_partial.select import aggregator as aggregator_lib
 from tff_partial.select import slicing
+from tff_partial.training import client_model
 
 FEDERATED_SELECT = 'federated_select'
 BROADCAST_GATHER = 'broadcast_gather'
@@ -156,7 +157,7 @@ def build_federated_select_process_and_traffic(
                      'trainable variables; check the select spec')
 
   client_work = tff.learning.templates.build_model_delta_client_work(
-      sub_model_fn, client_optimizer, client_weighting,
+      client_model.zero_initialized(sub_model_fn), client_optimizer, client_weighting,
       loop_implementation=loop_implementation)
   finalizer = tff.learning.templates.build_apply_optimizer_finalizer(
       server_optimizer, full_weights_type)
