@@ -91,7 +91,7 @@ _LOCAL_WORKERS = flags.DEFINE_integer(
 _REFERENCES = flags.DEFINE_list(
     'benchmark_references', list(references.NAMES),
     'Centralized references run interleaved with the configurations: '
-    + ', '.join(references.NAMES) + f' ({references.LIMIT} is the limit every '
+    + ', '.join(references.ALL_NAMES) + f' ({references.LIMIT} is the limit every '
     '"vs limit" ratio divides by); empty: none.')
 _KERAS = flags.DEFINE_bool(
     'benchmark_keras', True, 'Run the --benchmark_references (false: none).')
@@ -260,9 +260,9 @@ def run(output_dir):
     raise flag_groups.FlagError(str(e)) from e
   reference_names = list(_REFERENCES.value) if _KERAS.value else []
   for name in reference_names:
-    if name not in references.NAMES:
+    if name not in references.ALL_NAMES:
       raise flag_groups.FlagError(
-          f'--benchmark_references: {name!r}; valid values: ' + ', '.join(references.NAMES))
+          f'--benchmark_references: {name!r}; valid values: ' + ', '.join(references.ALL_NAMES))
   aggregators.validate_flags('fedavg')
   scaling_mode = _COHORTS.value is not None
   try:

@@ -91,6 +91,25 @@ class ReportTest(tf.test.TestCase):
     self.assertIn(f'| {references.LIMIT} | 0.8 | 1.5 |', text)
 
 
+class ReferencesTest(tf.test.TestCase):
+
+  def test_in_memory_turns_autotuning_off_unless_asked(self):
+    dataset = tf.data.Dataset.range(5).batch(2)
+    off = references.in_memory(dataset)
+    on = references.in_memory(dataset, autotune=True)
+    self.assertFalse(off.options().autotune.enabled)
+    self.assertIsNone(on.options().autotune.enabled)  # tf.data's default: on.
+    self.assertEqual([list(b.numpy()) for b in off], [[0, 1], [2, 3], [4]])
+
+  def test_reference_names(self):
+    self.assertEqual(references.LIMIT, 'keras_in_memory')
+    self.assertEqual(references.ALL_NAMES, references.NAMES + ('keras_in_memory_autotune',))
+    with self.assertRaisesRegex(ValueError, "unknown reference 'keras'; valid values: "
+                                'keras_in_memory, keras_tff_data_path, tf_function_floor, '
+                                'keras_in_memory_autotune'):
+      references.make_references(['keras'], None, 0, 0.1, None)
+
+
 class MachineTest(tf.test.TestCase):
 
   def test_onednn_env_and_header(self):

@@ -153,6 +153,25 @@ class LoopTest(tf.test.TestCase):
     self.assertFalse(np.array_equal(w1[0], w3[0]))
 
 
+  def test_client_values_have_autotuning_off_and_the_same_elements(self):
+    client_id = self.task.train_data.client_ids[0]
+    value = loop.client_value(self.task, self.built, 7, 3, 1, client_id)
+    self.assertFalse(value.options().autotune.enabled)
+    raw = loop.seeded_shuffle(self.task.train_data.create_tf_dataset_for_client(client_id),
+                              7, 3, 1)
+    expected = self.task.baseline.datasets.train_preprocess_fn(raw)
+    self.assertIsNone(expected.options().autotune.enabled)  # tf.data's default: on.
+    got, want = list(value.as_numpy_iterator()), list(expected.as_numpy_iterator())
+    self.assertLen(got, 1)
+    for a, b in zip(got, want):
+      np.testing.assert_array_equal(a[0], b[0])
+      np.testing.assert_array_equal(a[1], b[1])
+    # A structure of datasets (PVT's data and mask, select's data and keys).
+    both = loop.autotune_off({'data': expected, 'mask': tf.data.Dataset.range(1), 'n': 3})
+    self.assertFalse(both['data'].options().autotune.enabled)
+    self.assertFalse(both['mask'].options().autotune.enabled)
+    self.assertEqual(both['n'], 3)
+
 class FlagsFileTest(tf.test.TestCase):
   """`check_or_save_flags`: what may differ when a run is resumed."""
 
