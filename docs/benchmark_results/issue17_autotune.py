@@ -1,8 +1,13 @@
 """Issue 17: tf.data's autotuning in the clients' datasets and in the limit.
 
-Runs `scripts.benchmark` with every flag it is given plus one configuration,
-`fedavg_autotune_off`: the package's FedAvg with tf.data's autotuning turned
-off in each client's dataset (`Dataset.with_options`), the rest as `fedavg`.
+Runs `scripts.benchmark` with every flag it is given; a configuration whose
+name ends in `_autotune_off` (`_autotune_on`) gets tf.data's autotuning turned
+off (on) in each client's dataset (`Dataset.with_options`), the rest as its
+algorithm builds it. The files issue17_autotune_2026-11-25_* were made at
+commit 69adc40 with `--benchmark_config=fedavg_autotune_off:fedavg`, when the
+loop still left autotuning on; since then `fedavg` has it off
+(`loop.autotune_off`), and `--benchmark_config=fedavg_autotune_on:fedavg`
+measures the old behaviour.
 With `--benchmark_references=...,keras_in_memory_autotune` the limit with
 autotuning on (Keras's default) runs beside the one with it off.
 
@@ -25,13 +30,12 @@ import tensorflow as tf
 
 from scripts import benchmark
 
-AUTOTUNE_OFF = 'fedavg_autotune_off'
 _build_candidates = benchmark.build_candidates
 
 
-def _autotune_off(inputs_fn):
+def _autotune(inputs_fn, enabled):
   options = tf.data.Options()
-  options.autotune.enabled = False
+  options.autotune.enabled = enabled
 
   def inputs(*args, **kwargs):
     return [d.with_options(options) for d in inputs_fn(*args, **kwargs)]
@@ -40,12 +44,13 @@ def _autotune_off(inputs_fn):
 
 
 def build_candidates(configs, task, ctx, seed):
-  """`benchmark.build_candidates`; `fedavg_autotune_off`'s client datasets
-  with autotuning off."""
+  """`benchmark.build_candidates`; `*_autotune_off` / `*_autotune_on` client
+  datasets with autotuning off / on."""
   candidates, skipped = _build_candidates(configs, task, ctx, seed)
   for c in candidates:
-    if c.name == AUTOTUNE_OFF:
-      c.inputs_fn = _autotune_off(c.inputs_fn)
+    for suffix, enabled in (('_autotune_off', False), ('_autotune_on', True)):
+      if c.name.endswith(suffix):
+        c.inputs_fn = _autotune(c.inputs_fn, enabled)
   return candidates, skipped
 
 
