@@ -16,7 +16,7 @@ autotuning on (Keras's default) runs beside the one with it off.
         --clients_per_round=10 --benchmark_rounds=11 \
         --benchmark_configs=tff_fedavg,tff_fedavg_iterator,fedavg \
         --benchmark_config=fedavg_autotune_off:fedavg \
-        --benchmark_references=keras_in_memory,keras_in_memory_autotune,keras_tff_data_path,tf_function_floor \
+        --benchmark_references=keras_in_memory,keras_in_memory_autotune \
         --nobenchmark_memory --nobenchmark_eval --output_dir=/tmp/bench_autotune
 """
 

@@ -134,8 +134,8 @@ def build_pvt_process(
   model_weights_type = initial_model_weights_fn.type_signature.result
   distributor = tff.learning.templates.build_broadcast_process(model_weights_type)
   client_work = client_work_lib.build_pvt_client_work(
-      client_model.zero_initialized(model_fn), client_optimizer_fn, client_weighting, metrics_aggregator,
-      loop_implementation, static_mask)
+      client_model.zero_initialized(model_fn), client_optimizer_fn, client_weighting,
+      metrics_aggregator, loop_implementation, static_mask)
   update_type = client_work.next.type_signature.result.result.member.update
   aggregator = model_aggregator.create(update_type, tff.TensorType(np.float32))
   finalizer = build_masked_finalizer(server_optimizer_fn, model_weights_type)
