@@ -5,7 +5,7 @@ this package's PVT, FedPT and select client works) calls `model_fn()` inside
 each client's TensorFlow computation and then assigns the broadcast server
 weights to every model variable. The variables' initial values are computed on
 every client call (TFF runs the graph's initializers before the computation)
-and thrown away: on `emnist_cnn_gn` about 4 ms of a client's empty round
+and thrown away: on `emnist_cnn_gn` 4-6 ms of a client's empty round
 (`docs/benchmarks.md`).
 
 `zero_initialized(model_fn)` builds the same model with every Keras

@@ -94,8 +94,9 @@ def autotune_off(value):
   autotuner's next wake-up, which comes at 10 ms x (2^k - 1) after the
   iterator started (its period starts at 10 ms and doubles). Measured on two
   2-core machines: Keras rounds that finished their steps at 1.6 s ended at
-  2.55 s; a FedAvg round of 10 FEMNIST clients took 0.85x the time with
-  autotuning off in the clients' datasets (`docs/benchmarks.md`, issue 17).
+  2.55 s; FedAvg rounds of 10 FEMNIST clients took 0.89x (oneDNN off) and
+  0.93x (on) the wall time with autotuning off in the clients' datasets, at
+  the same CPU time (`docs/benchmarks.md`, issue 17).
   These pipelines are short (a client's examples, preprocessed) or cached,
   so the autotuner has little to tune. Written here: TFF and Keras have no
   option for it.
