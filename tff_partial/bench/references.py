@@ -39,6 +39,7 @@ import tensorflow as tf
 from tff_partial.bench import cohorts as cohorts_lib
 from tff_partial.bench import machine
 from tff_partial.bench import rounds as rounds_lib
+from tff_partial.training import loop
 
 KERAS_IN_MEMORY = 'keras_in_memory'
 KERAS_IN_MEMORY_AUTOTUNE = 'keras_in_memory_autotune'
@@ -66,11 +67,7 @@ def in_memory(dataset: tf.data.Dataset, autotune: bool = False) -> tf.data.Datas
   cached = dataset.cache()
   for _ in cached:
     pass
-  if not autotune:
-    options = tf.data.Options()
-    options.autotune.enabled = False
-    cached = cached.with_options(options)
-  return cached
+  return cached if autotune else loop.autotune_off(cached)
 
 
 class _Reference:

@@ -87,6 +87,10 @@ def seeded_shuffle(dataset: tf.data.Dataset, seed: int, round_num: int,
   return tf.data.experimental.from_variant(variant, dataset.element_spec)
 
 
+_NO_AUTOTUNE = tf.data.Options()
+_NO_AUTOTUNE.autotune.enabled = False
+
+
 def autotune_off(value):
   """`value` (a dataset, or a structure of datasets) with tf.data's autotuning off.
 
@@ -101,10 +105,8 @@ def autotune_off(value):
   so the autotuner has little to tune. Written here: TFF and Keras have no
   option for it.
   """
-  options = tf.data.Options()
-  options.autotune.enabled = False
   return tf.nest.map_structure(
-      lambda d: d.with_options(options) if isinstance(d, tf.data.Dataset) else d, value)
+      lambda d: d.with_options(_NO_AUTOTUNE) if isinstance(d, tf.data.Dataset) else d, value)
 
 
 def initial_model_weights(task: registry.Task, seed: int) -> tff.learning.models.ModelWeights:
