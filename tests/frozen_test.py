@@ -463,6 +463,36 @@ class ProcessTest(tf.test.TestCase):
     self.assertBetween(np.std(kernel), 0.25, 0.75)
     self.assertAllEqual(dict(zip(plan.full_trainable, after.trainable))['dense2/bias'], np.ones(6))
 
+  def test_round_is_one_sgd_step_on_the_regenerated_model_by_hand(self):
+    # Each client's one computation regenerates dense2 from z, then takes one
+    # SGD step (one batch) on the other variables; the server applies the
+    # example-weighted mean of the deltas with lr 1. Reference: a plain Keras
+    # model with the full weights and tf.GradientTape.
+    process = _tiny_process(['dense2'])
+    state = process.set_model_weights(process.initialize(), _tiny_initial_weights(seed=2))
+    full = process.get_model_weights(state)
+    data = _client_data(num_clients=2, n=4, seed=7)  # one batch of 4 per client
+    model = _tiny_model()
+    for v, w in zip(model.trainable_weights, full.trainable):
+      v.assign(w)
+    trained = [v for v in model.trainable_weights if not v.name.startswith('dense2/')]
+    deltas = []
+    for dataset in data:
+      batch = next(iter(dataset))
+      with tf.GradientTape() as tape:
+        loss = _loss()(batch['y'], model(batch['x'], training=True))
+      deltas.append([0.1 * g.numpy() for g in tape.gradient(loss, trained)])
+    expected = {v.name.split(':')[0]: v.numpy() - (d1 + d2) / 2
+                for v, d1, d2 in zip(trained, *deltas)}
+    after = process.get_model_weights(process.next(state, data).state)
+    plan = frozen.plan_freezing(_tiny_model, ['dense2'])
+    for path, before, value in zip(plan.full_trainable, full.trainable, after.trainable):
+      if path.startswith('dense2/'):
+        self.assertAllEqual(value, before, msg=path)
+      else:
+        self.assertAllClose(value, expected[path], rtol=1e-6, atol=1e-6, msg=path)
+        self.assertNotAllClose(value, before, msg=path)
+
   def test_nothing_frozen_equals_fed_avg(self):
     initial = _tiny_initial_weights(seed=5)
     fedpt = _tiny_process([])

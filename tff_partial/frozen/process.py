@@ -12,10 +12,11 @@ Composition (`tff.learning.templates.compose_learning_process`):
   model's genuinely non-trainable variables of unfrozen layers (e.g. batch-norm
   statistics; none in this project's models). No frozen tensor is in the state.
 * distributor: TFF's `build_broadcast_process`: y and z go down (line 3).
-* client work: each client maps (y, z) to its full local model
-  (`federated_map`, local, no communication; line 5), then runs TFF's own
-  `build_model_delta_client_work` on a model whose frozen layers have
-  `trainable=False`, so it trains y only and returns y's delta (lines 6-10).
+* client work: in one TensorFlow computation per client, (y, z) becomes the
+  full local model (local, no communication; line 5), and TFF's own client
+  update of `build_model_delta_client_work` trains it, on a model whose frozen
+  layers have `trainable=False`, so it trains y only and returns y's delta
+  (lines 6-10).
 * aggregator: any weighted factory on y's delta (default `MeanFactory`); an
   unweighted one (DP) via `factory_utils.as_weighted_aggregator` (line 12).
 * finalizer: TFF's `build_apply_optimizer_finalizer` with the server
@@ -35,6 +36,7 @@ the state's seed: the frozen values given are ignored, since frozen variables
 are always the ones z generates.
 """
 
+import collections
 import dataclasses
 from typing import Any, Callable, Optional, Sequence
 
@@ -42,6 +44,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 from tensorflow_federated.python.aggregators import factory_utils
+from tensorflow_federated.python.learning.templates import model_delta_client_work
 
 from tff_partial.frozen import regeneration
 from tff_partial.frozen import selection
@@ -182,22 +185,53 @@ def server_model_weights(plan: FreezePlan, full_weights, seed) -> tff.learning.m
       non_trainable=[seed] + [values[p] for p in plan.carried])
 
 
-def _build_client_work(plan, server_weights_type, inner: tff.learning.templates.ClientWorkProcess):
-  """TFF's model-delta client work behind a local (y, z) -> model map."""
+def _build_client_work(plan, server_weights_type, model_fn, optimizer, client_weighting,
+                       metrics_aggregator, loop_implementation):
+  """TFF's model-delta client work on (y, z), with the model rebuilt in the same call.
 
-  @tff.tensorflow.computation(server_weights_type)
-  def reconstruct(server_weights):
-    return client_model_weights(plan, server_weights)
+  Each client runs ONE TensorFlow computation: regenerate the frozen variables
+  from z (Algorithm 1, line 5), then TFF's own client update
+  (`build_model_delta_update_with_tff_optimizer`, the function inside
+  `tff.learning.templates.build_model_delta_client_work`) on the full local
+  model. The state, hyperparameters and metric aggregation are those of TFF's
+  `build_model_delta_client_work` for the same model (built here as `inner`).
 
+  Written here because TFF's client work takes model weights, not a function
+  of them. The two-call form (a `federated_map` of the regeneration, then
+  TFF's client work) computes the same values but gives each client two
+  computations, and TFF's worker bounds concurrent calls per computation:
+  with `--local_client_parallelism=auto` (2 calls at once on 2 cores) its
+  rounds on the ResNet-18-GN left a core idle for up to a client's training
+  time (rounds of 3.7-6.6 s at the same 7.1-7.8 CPU seconds; measured in
+  `docs/benchmarks.md`, issue 17).
+  """
+  inner = tff.learning.templates.build_model_delta_client_work(
+      model_fn, optimizer, client_weighting, metrics_aggregator=metrics_aggregator,
+      loop_implementation=loop_implementation)
+  if metrics_aggregator is None:
+    metrics_aggregator = tff.learning.metrics.sum_then_finalize
+  with tf.Graph().as_default():
+    metrics_aggregation_fn = metrics_aggregator(model_fn().metric_finalizers())
   inner_state_type, _, data_type = inner.next.type_signature.parameter
+
+  @tff.tensorflow.computation(inner_state_type.member, server_weights_type, data_type.member)
+  def client_update(optimizer_hparams, server_weights, dataset):
+    update = model_delta_client_work.build_model_delta_update_with_tff_optimizer(
+        model_fn=model_fn, weighting=client_weighting,
+        loop_implementation=loop_implementation)
+    return update(optimizer, client_model_weights(plan, server_weights), dataset,
+                  optimizer_hparams)
 
   @tff.federated_computation(
       inner_state_type,
       tff.FederatedType(server_weights_type, tff.CLIENTS),
       data_type)
   def next_fn(state, weights, client_data):
-    local_weights = tff.federated_map(reconstruct, weights)
-    return inner.next(state, local_weights, client_data)
+    client_result, model_outputs = tff.federated_map(
+        client_update, (tff.federated_broadcast(state), weights, client_data))
+    measurements = tff.federated_zip(
+        collections.OrderedDict(train=metrics_aggregation_fn(model_outputs)))
+    return tff.templates.MeasuredProcessOutput(state, client_result, measurements)
 
   return tff.learning.templates.ClientWorkProcess(
       inner.initialize, next_fn,
@@ -299,11 +333,9 @@ def build_fedpt_process(
 
   server_weights_type = initial_model_weights_fn.type_signature.result
   distributor = tff.learning.templates.build_broadcast_process(server_weights_type)
-  inner_client_work = tff.learning.templates.build_model_delta_client_work(
-      client_model.zero_initialized(client_model_fn), client_optimizer_fn, client_weighting,
-      metrics_aggregator=metrics_aggregator,
-      loop_implementation=loop_implementation)
-  client_work = _build_client_work(plan, server_weights_type, inner_client_work)
+  client_work = _build_client_work(
+      plan, server_weights_type, client_model.zero_initialized(client_model_fn),
+      client_optimizer_fn, client_weighting, metrics_aggregator, loop_implementation)
   aggregator = model_aggregator.create(
       server_weights_type.trainable, tff.TensorType(np.float32))
   finalizer = tff.learning.templates.build_apply_optimizer_finalizer(
