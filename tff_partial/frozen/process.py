@@ -201,9 +201,10 @@ def _build_client_work(plan, server_weights_type, model_fn, optimizer, client_we
   TFF's client work) computes the same values but gives each client two
   computations, and TFF's worker bounds concurrent calls per computation:
   with `--local_client_parallelism=auto` (2 calls at once on 2 cores) its
-  rounds on the ResNet-18-GN left a core idle for up to a client's training
-  time (rounds of 3.7-6.6 s at the same 7.1-7.8 CPU seconds; measured in
-  `docs/benchmarks.md`, issue 17).
+  rounds on the ResNet-18-GN (blocks 1-4 frozen, 4 clients) left a core idle
+  for up to a client's training time: rounds of 3.6-5.2 s at 6.8-7.6 CPU
+  seconds, 1.46 cores busy, against 1.94 with one computation
+  (`docs/benchmarks.md`, issue 17, Zen 5).
   """
   inner = tff.learning.templates.build_model_delta_client_work(
       model_fn, optimizer, client_weighting, metrics_aggregator=metrics_aggregator,
