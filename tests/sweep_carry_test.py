@@ -283,6 +283,54 @@ class ExtendsTest(absltest.TestCase):
     with self.assertRaisesRegex(spec_lib.SpecError, 'nope.json is not a file'):
       spec_lib.load_spec(os.path.join(root, 'missing.json'))
 
+  def _load_child(self, child):
+    root = self.create_tempdir().full_path
+    with open(os.path.join(root, 'earlier.json'), 'w') as f:
+      json.dump(_SPEC, f)
+    with open(os.path.join(root, 'child.json'), 'w') as f:
+      json.dump({'extends': 'earlier.json', 'name': 'child', **child}, f)
+    return spec_lib.load_spec(os.path.join(root, 'child.json'))
+
+  def test_update_and_drop_configs_by_name(self):
+    loaded = self._load_child({
+        'drop_configs': ['fedavg'],
+        'update_configs': [{'name': 'fixed', 'flags': {'client_epochs': 3, 'algorithm': None,
+                                                       'client_batch_size': 4},
+                            'lr_search': None, 'grid': {'clients_per_round': [2, 3]}}]})
+    # Written out whole by hand: the same dict, hence the same digest.
+    whole = _with(_SPEC, name='child', configs=[
+        {'name': 'fixed', 'flags': {'client_epochs': 3, 'client_batch_size': 4},
+         'grid': {'clients_per_round': [2, 3]}}])
+    self.assertEqual(loaded, whole)
+    self.assertEqual(spec_lib.from_dict(loaded).digest(), spec_lib.from_dict(whole).digest())
+    # The parent's order is kept; an update of the flags alone keeps the other keys.
+    loaded = self._load_child({'update_configs': [
+        {'name': 'fixed', 'flags': {'client_epochs': 5}}, {'name': 'fedavg', 'lr_from': 'fixed'}]})
+    self.assertEqual(loaded['configs'], [
+        {'name': 'fedavg', 'flags': {'algorithm': 'fedavg'}, 'lr_from': 'fixed'},
+        {'name': 'fixed', 'flags': {'algorithm': 'fedavg', 'client_epochs': 5}, 'lr_search': False}])
+    self.assertEqual(_SPEC['configs'][1]['flags']['client_epochs'], 2)  # the parent is not changed
+
+  def test_bad_update_or_drop_configs_name_the_valid_configs(self):
+    cases = [
+        ({'drop_configs': ['fedpt']}, r"no config 'fedpt' in the parent spec; its configs: fedavg, fixed"),
+        ({'update_configs': [{'name': 'nope', 'flags': {}}]}, r"no config 'nope' .*fedavg, fixed"),
+        ({'drop_configs': ['fixed'], 'update_configs': [{'name': 'fixed', 'lr_from': 'fedavg'}]},
+         "'fixed' is both updated and dropped"),
+        ({'drop_configs': ['fixed'], 'configs': []}, 'either "configs" .* or "update_configs"'),
+        ({'drop_configs': 'fixed'}, '"drop_configs" must be a list of config names'),
+        ({'update_configs': [{'flags': {}}]}, '"update_configs" must be a list of objects'),
+    ]
+    for child, message in cases:
+      with self.subTest(message):
+        with self.assertRaisesRegex(spec_lib.SpecError, message):
+          self._load_child(child)
+    path = os.path.join(self.create_tempdir().full_path, 'alone.json')
+    with open(path, 'w') as f:
+      json.dump({'name': 'alone', 'drop_configs': ['fedavg']}, f)
+    with self.assertRaisesRegex(spec_lib.SpecError, 'this spec extends none'):
+      spec_lib.load_spec(path)
+
 
 if __name__ == '__main__':
   absltest.main()

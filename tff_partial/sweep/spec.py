@@ -38,6 +38,14 @@ e.g. to run an earlier sweep on to more rounds:
 
   {"extends": "fedpt_table1.json", "name": "fedpt_table1_1500",
    "description": "...", "base": {"total_rounds": 1500}}
+
+or to change one config and leave out another, by name, without restating
+the rest (`"update_configs"`, `"drop_configs"`):
+
+  {"extends": "fedpt_table1.json", "name": "fedpt_table1_wider",
+   "description": "...", "drop_configs": ["fedavg"],
+   "update_configs": [{"name": "fedpt_dense1",
+                       "lr_search": {"grid": {"client_learning_rate": [0.1, 0.3]}}}]}
 """
 
 import dataclasses
@@ -362,6 +370,43 @@ def _read_json_object(path: str) -> dict:
   return data
 
 
+def _update_parent_configs(path: str, parent_configs: Any, drop: Any, update: Any) -> list:
+  """The parent's `configs` less `drop` (names), with `update` applied by name.
+
+  Each entry of `update` names a parent config: its `flags` are added to (or
+  replace) that config's flags, any other key it gives replaces the config's,
+  and a value of null removes the flag or key. Order stays the parent's.
+  """
+  if not isinstance(parent_configs, list) or not all(
+      isinstance(c, dict) and isinstance(c.get('name'), str) for c in parent_configs):
+    raise SpecError(f'--spec={path}: "update_configs" / "drop_configs" need a parent spec '
+                    'whose "configs" are named')
+  configs = {c['name']: json.loads(json.dumps(c)) for c in parent_configs}
+  names = ', '.join(configs)
+  if not isinstance(drop, list) or not all(isinstance(n, str) for n in drop):
+    raise SpecError(f'--spec={path}: "drop_configs" must be a list of config names')
+  if not isinstance(update, list) or not all(
+      isinstance(u, dict) and isinstance(u.get('name'), str) for u in update):
+    raise SpecError(f'--spec={path}: "update_configs" must be a list of objects with a "name"')
+  for name in list(drop) + [u['name'] for u in update]:
+    if name not in configs:
+      raise SpecError(f'--spec={path}: no config {name!r} in the parent spec; its configs: '
+                      f'{names}')
+  for entry in update:
+    if entry['name'] in drop:
+      raise SpecError(f'--spec={path}: config {entry["name"]!r} is both updated and dropped')
+    config = configs[entry['name']]
+    for key, value in entry.items():
+      if key == 'flags' and isinstance(value, dict):
+        flags = {**config.get('flags', {}), **value}
+        config['flags'] = {k: v for k, v in flags.items() if v is not None}
+      elif value is None:
+        config.pop(key, None)
+      else:
+        config[key] = value
+  return [c for name, c in configs.items() if name not in drop]
+
+
 def load_spec(path: str, _seen: tuple = ()) -> dict:
   """The JSON object in `path` (SpecError if unreadable), its `"extends"` resolved.
 
@@ -369,12 +414,19 @@ def load_spec(path: str, _seen: tuple = ()) -> dict:
   spec: this file's `"base"` flags are added to (or replace) the parent's, and
   any other key it gives replaces the parent's whole. A spec that runs an
   earlier one on to more rounds is then its name, description and
-  `"base": {"total_rounds": N}`. The result is the full spec, with the same
-  digest as the same spec written out whole.
+  `"base": {"total_rounds": N}`. Instead of replacing `"configs"` whole,
+  `"drop_configs"` (names) leaves parent configs out and `"update_configs"`
+  changes parent configs by name (`_update_parent_configs`). The result is the
+  full spec, with the same digest as the same spec written out whole.
   """
   data = _read_json_object(path)
   parent = data.pop('extends', None)
+  drop = data.pop('drop_configs', None)
+  update = data.pop('update_configs', None)
   if parent is None:
+    if drop is not None or update is not None:
+      raise SpecError(f'--spec={path}: "update_configs" and "drop_configs" change the configs '
+                      'of the spec named by "extends"; this spec extends none')
     return data
   if not isinstance(parent, str):
     raise SpecError(f'--spec={path}: "extends" must be the path of another spec file')
@@ -385,6 +437,13 @@ def load_spec(path: str, _seen: tuple = ()) -> dict:
     raise SpecError(f'--spec={path}: "extends": {parent_path} is not a file (the path is '
                     'relative to the extending spec)')
   merged = load_spec(parent_path, _seen + (os.path.realpath(path),))
+  if drop is not None or update is not None:
+    if 'configs' in data:
+      raise SpecError(f'--spec={path}: give either "configs" (replacing the parent\'s whole) '
+                      'or "update_configs" / "drop_configs", not both')
+    merged['configs'] = _update_parent_configs(
+        path, merged.get('configs'), [] if drop is None else drop,
+        [] if update is None else update)
   for key, value in data.items():
     if key == 'base' and isinstance(value, dict) and isinstance(merged.get('base'), dict):
       merged['base'] = {**merged['base'], **value}
