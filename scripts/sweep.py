@@ -59,7 +59,8 @@ _RESUME_FROM = flags.DEFINE_string(
     'resume_from', None, 'An earlier sweep\'s --sweep_dir: each run of this sweep that it '
     'has with the same flags up to --total_rounds (and the other flags a resumed run may '
     'change) is copied from there and trains on from its last checkpoint, e.g. a finished '
-    '400-round sweep run on to 1,500 rounds by a spec that "extends" it.')
+    '400-round sweep run on to 1,500 rounds by a spec that "extends" it. The sweep '
+    'records it: a rerun without it (after a stop) starts from the same directory.')
 _PARALLEL = flags.DEFINE_integer('parallel', 1, 'Runs at a time.')
 _WORKERS = flags.DEFINE_list(
     'workers', [], 'Running TFF workers (host:port), shared out among the --parallel runs '
@@ -112,6 +113,8 @@ def _print_plan(prepared, runs) -> None:
         f'{prepared.sweep_dir}: {len(prepared.configs)} configs, {len(runs)} runs, '
         f'{sum(r.total_rounds for r in runs)} rounds')
   copies = {c.run.run_id: c for c in prepared.carry.copies} if prepared.carry else {}
+  if prepared.carry_note:
+    print(prepared.carry_note)
   if prepared.carry:
     print(carry.describe(prepared.carry))
   for run in runs:

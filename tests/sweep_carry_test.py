@@ -7,6 +7,7 @@ end to end in sweep_test.py.
 
 import json
 import os
+import shutil
 import sys
 
 from absl.testing import absltest
@@ -204,7 +205,7 @@ class ExtendedSearchGridTest(absltest.TestCase):
     with open(self.trained_file) as f:
       return [line.strip() for line in f]
 
-  def _sweep(self, name, grid, resume_from=None, print_fn=lambda _: None):
+  def _sweep(self, name, grid, resume_from=None, print_fn=lambda _: None, search_only=False):
     data = _with(_SPEC, name=name, lr_search__grid__server_learning_rate=grid)
     directory = os.path.join(self.root, name)
     prepared = sweep.prepare(spec_lib.from_dict(data), directory, self.train,
@@ -213,7 +214,7 @@ class ExtendedSearchGridTest(absltest.TestCase):
       os.remove(self.trained_file)
     report, _ = sweep.run(prepared, self.train, parallel=2, print_fn=print_fn,
                           summary_dir=os.path.join(self.root, name + '_summary'),
-                          interactive=False)
+                          interactive=False, search_only=search_only)
     trained = sorted(os.path.relpath(path, directory) for path in self._trained())
     return prepared, report, trained
 
@@ -243,6 +244,36 @@ class ExtendedSearchGridTest(absltest.TestCase):
     self.assertEqual(report.states['runs/fedavg/seed_0'], 'done')
     with open(os.path.join(self.root, 'other', 'runs', 'fedavg', 'seed_1', 'flags.json')) as f:
       self.assertEqual(json.load(f)['server_learning_rate'], 4.0)
+
+  def test_a_rerun_without_resume_from_still_copies_the_runs_waiting_for_their_search(self):
+    # Stopped after its searches, rerun without --resume_from: the manifest
+    # recorded it, so the full runs are copied once the search chooses their
+    # values again, not trained from scratch.
+    self._sweep('earlier', [0.5, 1.0])
+    earlier = os.path.join(self.root, 'earlier')
+    _, _, trained = self._sweep('wider', [0.5, 1.0, 2.0], resume_from=earlier, search_only=True)
+    self.assertEqual(trained, ['lr_search/fedavg/server_learning_rate=2.0/seed_0'])
+    self.assertFalse(os.path.exists(os.path.join(self.root, 'wider', 'runs', 'fedavg')))
+    with open(os.path.join(self.root, 'wider', manifest.MANIFEST_FILE)) as f:
+      self.assertEqual(json.load(f)['resume_from'], os.path.abspath(earlier))
+    printed = []
+    prepared, report, trained = self._sweep('wider', [0.5, 1.0, 2.0], print_fn=printed.append)
+    self.assertEqual(trained, [])
+    self.assertEqual(report.states['runs/fedavg/seed_1'], 'finished_before')
+    self.assertEqual(prepared.carry.source_dir, os.path.abspath(earlier))
+    self.assertIn(f'--resume_from={os.path.abspath(earlier)}: from the sweep manifest '
+                  '(the sweep started from it)', printed)
+
+    # The earlier directory gone: said, and the waiting runs train.
+    os.rename(earlier, earlier + '_moved')
+    wider = os.path.join(self.root, 'wider')
+    shutil.rmtree(os.path.join(wider, 'runs', 'fedavg'))
+    printed = []
+    prepared, report, trained = self._sweep('wider', [0.5, 1.0, 2.0], print_fn=printed.append)
+    self.assertIsNone(prepared.carry)
+    self.assertEqual(trained, ['runs/fedavg/seed_0', 'runs/fedavg/seed_1'])
+    self.assertIn(f'this sweep started from --resume_from={os.path.abspath(earlier)}, which is '
+                  'gone: runs not copied yet train from scratch', printed)
 
   def test_the_choice_and_an_edge_warning_are_printed_before_the_full_runs_train(self):
     printed = []  # (line, how many runs had trained when it was printed)

@@ -44,7 +44,8 @@ class Prepared:
   """A checked sweep. resumed: its directory already holds this spec's sweep.
 
   carry: the runs to copy from an earlier sweep before anything runs
-  (`resume_from`), or None.
+  (`resume_from`), or None. carry_note: a line saying that `resume_from`
+  came from the sweep's manifest, not from the caller, or None.
   """
 
   spec: spec_lib.SweepSpec
@@ -54,6 +55,7 @@ class Prepared:
   resumed: bool
   default_total_rounds: int
   carry: Optional[carry_lib.CarryPlan] = None
+  carry_note: Optional[str] = None
 
 
 def _only(configs, runs, patterns: Sequence[str]) -> tuple:
@@ -79,12 +81,25 @@ def prepare(spec: spec_lib.SweepSpec, sweep_dir: str, train: TrainInterface,
   summarized. Every config is checked all the same, and the sweep directory
   stays the whole spec's. `resume_from`: an earlier sweep's directory whose
   runs this one starts from where their flags allow (`tff_partial.sweep.carry`).
+  A rerun without it uses the one the sweep started with (recorded in its
+  manifest), so that the runs whose copy waits for their search are still
+  copied; if that directory is gone, they train.
   """
   prepared = _prepare(spec, sweep_dir, train, only)
+  note = None
+  if resume_from is None and prepared.resumed:
+    resume_from = manifest.read(sweep_dir).get('resume_from')
+    if resume_from is not None:
+      if not os.path.isdir(resume_from):
+        return dataclasses.replace(prepared, carry_note=(
+            f'this sweep started from --resume_from={resume_from}, which is gone: runs not '
+            'copied yet train from scratch'))
+      note = f'--resume_from={resume_from}: from the sweep manifest (the sweep started from it)'
   if resume_from is None:
     return prepared
   return dataclasses.replace(
-      prepared, carry=carry_lib.plan_copies(resume_from, sweep_dir, prepared.runs))
+      prepared, carry=carry_lib.plan_copies(resume_from, sweep_dir, prepared.runs),
+      carry_note=note)
 
 
 def _prepare(spec, sweep_dir, train, only) -> Prepared:
@@ -193,7 +208,10 @@ def run(prepared: Prepared, train: TrainInterface, *, parallel: int = 1,
     return list(train.command) + plan.train_argv(prepared.sweep_dir, r, tuned)
 
   with manifest.Lock(prepared.sweep_dir):
-    manifest.write(prepared.sweep_dir, prepared.spec, prepared.default_total_rounds)
+    manifest.write(prepared.sweep_dir, prepared.spec, prepared.default_total_rounds,
+                   resume_from=prepared.carry.source_dir if prepared.carry else None)
+    if prepared.carry_note is not None:
+      print_fn(prepared.carry_note)
     if prepared.carry is not None:
       copied = carry_lib.copy_runs(prepared.carry, prepared.sweep_dir)
       print_fn(f'{carry_lib.describe(prepared.carry)}; {len(copied)} copied now')

@@ -9,6 +9,7 @@ import datetime
 import fcntl
 import json
 import os
+from typing import Optional
 
 from tff_partial.sweep import spec as spec_lib
 from tff_partial.training import atomic
@@ -44,12 +45,15 @@ def check(sweep_dir: str, spec: spec_lib.SweepSpec) -> bool:
   return True
 
 
-def write(sweep_dir: str, spec: spec_lib.SweepSpec, default_total_rounds: int) -> str:
+def write(sweep_dir: str, spec: spec_lib.SweepSpec, default_total_rounds: int,
+          resume_from: Optional[str] = None) -> str:
   """Writes the manifest (atomically) unless this spec's is already there.
 
   It is written once the spec passed every check, so a sweep that finds its
   manifest need not check again; `default_total_rounds` (the training
-  binary's) is recorded for that case.
+  binary's) is recorded for that case, and so is `resume_from` (the earlier
+  sweep it starts from), so that a rerun without `--resume_from` still copies
+  the runs whose copy waits for their search (`tff_partial.sweep.carry`).
   """
   path = os.path.join(sweep_dir, MANIFEST_FILE)
   if os.path.exists(path):
@@ -62,6 +66,8 @@ def write(sweep_dir: str, spec: spec_lib.SweepSpec, default_total_rounds: int) -
       'spec': spec.to_dict(),
       'default_total_rounds': default_total_rounds,
   }
+  if resume_from is not None:
+    record['resume_from'] = os.path.abspath(resume_from)
   with atomic.atomic_write(path) as f:
     json.dump(record, f, indent=2, sort_keys=True)
   return path
