@@ -88,18 +88,21 @@ def prepare(spec: spec_lib.SweepSpec, sweep_dir: str, train: TrainInterface,
   prepared = _prepare(spec, sweep_dir, train, only)
   note = None
   if resume_from is None and prepared.resumed:
-    resume_from = manifest.read(sweep_dir).get('resume_from')
-    if resume_from is not None:
-      if not os.path.isdir(resume_from):
-        return dataclasses.replace(prepared, carry_note=(
-            f'this sweep started from --resume_from={resume_from}, which is gone: runs not '
-            'copied yet train from scratch'))
-      note = f'--resume_from={resume_from}: from the sweep manifest (the sweep started from it)'
-  if resume_from is None:
-    return prepared
-  return dataclasses.replace(
-      prepared, carry=carry_lib.plan_copies(resume_from, sweep_dir, prepared.runs),
-      carry_note=note)
+    resume_from, note = _recorded_resume_from(sweep_dir)
+  carry = None if resume_from is None else carry_lib.plan_copies(
+      resume_from, sweep_dir, prepared.runs)
+  return dataclasses.replace(prepared, carry=carry, carry_note=note)
+
+
+def _recorded_resume_from(sweep_dir: str) -> tuple:
+  """(the `resume_from` in the manifest if its directory is still there, a line saying so)."""
+  recorded = manifest.read(sweep_dir).get('resume_from')
+  if recorded is None:
+    return None, None
+  if not os.path.isdir(recorded):
+    return None, (f'this sweep started from --resume_from={recorded}, which is gone: runs not '
+                  'copied yet train from scratch')
+  return recorded, f'--resume_from={recorded}: from the sweep manifest (the sweep started from it)'
 
 
 def _prepare(spec, sweep_dir, train, only) -> Prepared:

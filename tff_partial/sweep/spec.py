@@ -381,7 +381,7 @@ def _update_parent_configs(path: str, parent_configs: Any, drop: Any, update: An
       isinstance(c, dict) and isinstance(c.get('name'), str) for c in parent_configs):
     raise SpecError(f'--spec={path}: "update_configs" / "drop_configs" need a parent spec '
                     'whose "configs" are named')
-  configs = {c['name']: json.loads(json.dumps(c)) for c in parent_configs}
+  configs = {c['name']: c for c in parent_configs}  # freshly read by load_spec: ours to change
   names = ', '.join(configs)
   if not isinstance(drop, list) or not all(isinstance(n, str) for n in drop):
     raise SpecError(f'--spec={path}: "drop_configs" must be a list of config names')
