@@ -205,8 +205,9 @@ class ExtendedSearchGridTest(absltest.TestCase):
     with open(self.trained_file) as f:
       return [line.strip() for line in f]
 
-  def _sweep(self, name, grid, resume_from=None, print_fn=lambda _: None, search_only=False):
-    data = _with(_SPEC, name=name, lr_search__grid__server_learning_rate=grid)
+  def _sweep(self, name, grid, resume_from=None, print_fn=lambda _: None, search_only=False,
+             data=None):
+    data = _with(data or _SPEC, name=name, lr_search__grid__server_learning_rate=grid)
     directory = os.path.join(self.root, name)
     prepared = sweep.prepare(spec_lib.from_dict(data), directory, self.train,
                              resume_from=resume_from)
@@ -244,6 +245,41 @@ class ExtendedSearchGridTest(absltest.TestCase):
     self.assertEqual(report.states['runs/fedavg/seed_0'], 'done')
     with open(os.path.join(self.root, 'other', 'runs', 'fedavg', 'seed_1', 'flags.json')) as f:
       self.assertEqual(json.load(f)['server_learning_rate'], 4.0)
+
+  def test_runs_trained_at_a_pinned_rate_are_copied_when_the_search_chooses_it(self):
+    # The earlier sweep trained fedavg at a fixed server lr 1.0, no search.
+    pinned = _with(_SPEC)
+    pinned['configs'][0] = {'name': 'fedavg', 'lr_search': False,
+                            'flags': {'algorithm': 'fedavg', 'server_learning_rate': 1.0}}
+    _, _, trained = self._sweep('pinned', [0.5], data=pinned)
+    self.assertEqual(trained, ['runs/fedavg/seed_0', 'runs/fedavg/seed_1',
+                               'runs/fixed/seed_0', 'runs/fixed/seed_1'])
+
+    # Searched now; 1.0 scores best of 0.5 / 1.0 / 2.0: its runs are copied, not trained.
+    prepared, report, trained = self._sweep(
+        'searched', [0.5, 1.0, 2.0], resume_from=os.path.join(self.root, 'pinned'))
+    self.assertEqual(sorted(prepared.carry.if_same_choice),
+                     ['runs/fedavg/seed_0', 'runs/fedavg/seed_1'])
+    self.assertIn('trained at fixed --server_learning_rate, which the search (fedavg) now '
+                  'chooses', prepared.carry.not_copied['runs/fedavg/seed_0'])
+    self.assertEqual(trained, [f'lr_search/fedavg/server_learning_rate={v}/seed_0'
+                               for v in ('0.5', '1.0', '2.0')])
+    self.assertEqual(report.states['runs/fedavg/seed_1'], 'finished_before')
+
+    # 4.0 scores best: the runs at 1.0 are not copied; they train with 4.0.
+    _, _, trained = self._sweep(
+        'searched_other', [1.0, 4.0], resume_from=os.path.join(self.root, 'pinned'))
+    self.assertEqual(trained[-2:], ['runs/fedavg/seed_0', 'runs/fedavg/seed_1'])
+    with open(os.path.join(self.root, 'searched_other', 'runs', 'fedavg', 'seed_0',
+                           'flags.json')) as f:
+      self.assertEqual(json.load(f)['server_learning_rate'], 4.0)
+
+    # A pinned flag the search does not choose still stops the copy.
+    _, runs = _runs(_with(_SPEC, name='searched', base__client_learning_rate=0.3))
+    reasons = carry.plan_copies(os.path.join(self.root, 'pinned'), self.create_tempdir().full_path,
+                                runs).not_copied
+    self.assertEqual(reasons['runs/fedavg/seed_0'],
+                     'other flags: --client_learning_rate, --server_learning_rate')
 
   def test_a_rerun_without_resume_from_still_copies_the_runs_waiting_for_their_search(self):
     # Stopped after its searches, rerun without --resume_from: the manifest

@@ -16,7 +16,9 @@ from was copied too, so that the search chooses the same values it was
 trained with. When the new search has runs of its own (a grid extended past
 the value the earlier search chose at its edge), the config's runs are
 copied later, when their search has finished, and only if it chose the
-values they trained with (`copy_if_same_choice`). Runs that are not copied
+values they trained with (`copy_if_same_choice`). The same holds for runs
+that the earlier sweep trained at fixed values of the flags the new search
+chooses (a learning rate pinned there, searched here). Runs that are not copied
 run from scratch. Nothing is ever overwritten: a run directory that exists
 already in the new sweep is left as it is.
 """
@@ -68,6 +70,17 @@ def _differences(old: plan.Run, new: plan.Run) -> list:
   return sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
 
 
+def _pins_searched_values(diff: Sequence[str], run: plan.Run, runs: Sequence[plan.Run]) -> bool:
+  """Whether `diff` is only flags that the earlier run pinned and `run`'s search chooses.
+
+  Such a run (e.g. one trained at a fixed learning rate, now searched) is
+  copied once the search has chosen, if it chose the values the run trained
+  with (`copy_if_same_choice` reads them from its flags.json).
+  """
+  searched = {k for r in runs if r.is_search and r.config == run.tuned_by for k in r.trial_flags}
+  return run.tuned_by is not None and bool(diff) and set(diff) <= searched
+
+
 def _copy_of(run: plan.Run, old: plan.Run, source_dir: str) -> Copy:
   return Copy(run=run, source=plan.run_dir(source_dir, old),
               resume=old.total_rounds < run.total_rounds)
@@ -103,7 +116,7 @@ def plan_copies(source_dir: str, sweep_dir: str, runs: Sequence[plan.Run]) -> Ca
     elif old.is_search and (plan.train_flags(old) != plan.train_flags(run)
                             or old.total_rounds != run.total_rounds):
       reason = 'a search run with other flags (searches are copied only when identical)'
-    elif diff := _differences(old, run):
+    elif (diff := _differences(old, run)) and not _pins_searched_values(diff, run, runs):
       reason = 'other flags: ' + ', '.join(f'--{k}' for k in diff)
     elif old.total_rounds > run.total_rounds:
       reason = (f'the earlier run asks for {old.total_rounds} rounds, more than '
@@ -111,7 +124,12 @@ def plan_copies(source_dir: str, sweep_dir: str, runs: Sequence[plan.Run]) -> Ca
     elif run.tuned_by is not None:
       searches = plan.dependencies(run, runs)
       missing = [s for s in searches if s not in copies]
-      if missing:
+      if diff:  # the earlier run pinned what the search now chooses
+        later[run.run_id] = _copy_of(run, old, source_dir)
+        reason = ('the earlier run was trained at fixed ' + ', '.join(f'--{k}' for k in diff)
+                  + f', which the search ({run.tuned_by}) now chooses: copied when that search '
+                  'has finished, if it chooses the values this run trained with')
+      elif missing:
         later[run.run_id] = _copy_of(run, old, source_dir)
         reason = (f'its search ({run.tuned_by}) is not copied whole: copied when that search '
                   'has finished, if it chooses the values this run trained with')
