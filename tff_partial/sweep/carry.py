@@ -70,15 +70,15 @@ def _differences(old: plan.Run, new: plan.Run) -> list:
   return sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
 
 
-def _pins_searched_values(diff: Sequence[str], run: plan.Run, runs: Sequence[plan.Run]) -> bool:
-  """Whether `diff` is only flags that the earlier run pinned and `run`'s search chooses.
+def _searched_flags(run: plan.Run, runs: Sequence[plan.Run]) -> set:
+  """The flags whose values `run`'s search chooses (empty if it is not searched).
 
-  Such a run (e.g. one trained at a fixed learning rate, now searched) is
-  copied once the search has chosen, if it chose the values the run trained
-  with (`copy_if_same_choice` reads them from its flags.json).
+  An earlier run that differs only in these (trained at a fixed learning
+  rate, now searched) is copied once the search has chosen, if it chose the
+  values the run trained with (`copy_if_same_choice` reads its flags.json).
   """
-  searched = {k for r in runs if r.is_search and r.config == run.tuned_by for k in r.trial_flags}
-  return run.tuned_by is not None and bool(diff) and set(diff) <= searched
+  searches = set(plan.dependencies(run, runs))
+  return {k for r in runs if r.run_id in searches for k in r.trial_flags}
 
 
 def _copy_of(run: plan.Run, old: plan.Run, source_dir: str) -> Copy:
@@ -116,7 +116,7 @@ def plan_copies(source_dir: str, sweep_dir: str, runs: Sequence[plan.Run]) -> Ca
     elif old.is_search and (plan.train_flags(old) != plan.train_flags(run)
                             or old.total_rounds != run.total_rounds):
       reason = 'a search run with other flags (searches are copied only when identical)'
-    elif (diff := _differences(old, run)) and not _pins_searched_values(diff, run, runs):
+    elif (diff := _differences(old, run)) and not set(diff) <= _searched_flags(run, runs):
       reason = 'other flags: ' + ', '.join(f'--{k}' for k in diff)
     elif old.total_rounds > run.total_rounds:
       reason = (f'the earlier run asks for {old.total_rounds} rounds, more than '
@@ -124,15 +124,13 @@ def plan_copies(source_dir: str, sweep_dir: str, runs: Sequence[plan.Run]) -> Ca
     elif run.tuned_by is not None:
       searches = plan.dependencies(run, runs)
       missing = [s for s in searches if s not in copies]
-      if diff:  # the earlier run pinned what the search now chooses
+      if diff or missing:
         later[run.run_id] = _copy_of(run, old, source_dir)
-        reason = ('the earlier run was trained at fixed ' + ', '.join(f'--{k}' for k in diff)
-                  + f', which the search ({run.tuned_by}) now chooses: copied when that search '
-                  'has finished, if it chooses the values this run trained with')
-      elif missing:
-        later[run.run_id] = _copy_of(run, old, source_dir)
-        reason = (f'its search ({run.tuned_by}) is not copied whole: copied when that search '
-                  'has finished, if it chooses the values this run trained with')
+        why = (f'the earlier run was trained at fixed {", ".join(f"--{k}" for k in diff)}, '
+               f'which the search ({run.tuned_by}) now chooses' if diff else
+               f'its search ({run.tuned_by}) is not copied whole')
+        reason = (why + ': copied when that search has finished, if it chooses the values '
+                  'this run trained with')
     if reason is None:
       copies[run.run_id] = _copy_of(run, old, source_dir)
     else:
