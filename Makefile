@@ -15,9 +15,10 @@ setup-bazel:
 # The whole pytest suite (unit, execution and real-data learning tests), then
 # the tests whose figures depend on TensorFlow's CPU path once more on the
 # other path (oneDNN on or off; TF turns it on by default on CPUs with AVX-512
-# VNNI/BF16 or AMX, off on the others).
+# VNNI/BF16 or AMX, off on the others). --durations lists the 15 slowest
+# tests, so a CI log shows where its time went.
 test:
-	TF_CPP_MIN_LOG_LEVEL=2 $(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile -q tests
+	TF_CPP_MIN_LOG_LEVEL=2 $(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile -q --durations=15 tests
 	$(MAKE) test-other-cpu-path
 
 CPU_PATH_TESTS := tests/memory_test.py tests/benchmark_test.py tests/determinism_test.py

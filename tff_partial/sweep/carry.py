@@ -70,15 +70,15 @@ def _differences(old: plan.Run, new: plan.Run) -> list:
   return sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
 
 
-def _searched_flags(run: plan.Run, runs: Sequence[plan.Run]) -> set:
-  """The flags whose values `run`'s search chooses (empty if it is not searched).
+def _searched_flags(searches: Sequence[str], runs: Sequence[plan.Run]) -> set:
+  """The flags whose values the search runs `searches` choose (empty if none).
 
   An earlier run that differs only in these (trained at a fixed learning
   rate, now searched) is copied once the search has chosen, if it chose the
   values the run trained with (`copy_if_same_choice` reads its flags.json).
   """
-  searches = set(plan.dependencies(run, runs))
-  return {k for r in runs if r.run_id in searches for k in r.trial_flags}
+  ids = set(searches)
+  return {k for r in runs if r.run_id in ids for k in r.trial_flags}
 
 
 def _copy_of(run: plan.Run, old: plan.Run, source_dir: str) -> Copy:
@@ -108,6 +108,7 @@ def plan_copies(source_dir: str, sweep_dir: str, runs: Sequence[plan.Run]) -> Ca
   copies, not_copied, later = {}, {}, {}
   for run in sorted(runs, key=lambda r: not r.is_search):  # searches first
     old = old_runs.get(run.run_id)
+    searches = plan.dependencies(run, runs)  # the search runs choosing its values, if any
     reason = None
     if old is None:
       reason = 'not a run of the earlier sweep'
@@ -116,13 +117,12 @@ def plan_copies(source_dir: str, sweep_dir: str, runs: Sequence[plan.Run]) -> Ca
     elif old.is_search and (plan.train_flags(old) != plan.train_flags(run)
                             or old.total_rounds != run.total_rounds):
       reason = 'a search run with other flags (searches are copied only when identical)'
-    elif (diff := _differences(old, run)) and not set(diff) <= _searched_flags(run, runs):
+    elif (diff := _differences(old, run)) and not set(diff) <= _searched_flags(searches, runs):
       reason = 'other flags: ' + ', '.join(f'--{k}' for k in diff)
     elif old.total_rounds > run.total_rounds:
       reason = (f'the earlier run asks for {old.total_rounds} rounds, more than '
                 f'{run.total_rounds}')
     elif run.tuned_by is not None:
-      searches = plan.dependencies(run, runs)
       missing = [s for s in searches if s not in copies]
       if diff or missing:
         later[run.run_id] = _copy_of(run, old, source_dir)
