@@ -205,9 +205,9 @@ class ExtendedSearchGridTest(absltest.TestCase):
     with open(self.trained_file) as f:
       return [line.strip() for line in f]
 
-  def _log_tail(self, directory, run_id):
+  def _log_tail(self, directory, run):
     try:
-      with open(os.path.join(directory, plan.LOGS_DIR, run_id + '.log')) as f:
+      with open(plan.log_path(directory, run)) as f:
         return f.read()[-2000:]
     except OSError as e:
       return str(e)
@@ -224,8 +224,8 @@ class ExtendedSearchGridTest(absltest.TestCase):
                           summary_dir=os.path.join(self.root, name + '_summary'),
                           interactive=False, search_only=search_only)
     # A run that failed says why here (its log), not as a missing run below.
-    failed = {run_id: (report.reasons.get(run_id), self._log_tail(directory, run_id))
-              for run_id, state in report.states.items() if state in ('failed', 'skipped')}
+    failed = {r.run_id: (report.reasons.get(r.run_id), self._log_tail(directory, r))
+              for r in prepared.runs if report.states.get(r.run_id) in ('failed', 'skipped')}
     self.assertEmpty(failed)
     trained = sorted(os.path.relpath(path, directory) for path in self._trained())
     return prepared, report, trained
