@@ -68,6 +68,46 @@ def method_context(task, client_lr=0.1, seed=0, aggregator=None):
   )
 
 
+def deterministic_ops(test_case) -> None:
+  """Turns on what `scripts.train --deterministic` does, for the rest of `test_case`.
+
+  Op determinism (`tff_partial/training/determinism.py`) in this process and in
+  a fresh TFF local worker (the worker reads it when it starts), so that a
+  learning test gives the same numbers in every run on a CPU path: with a
+  parallel `tf.data` map, random ops (CIFAR-10's crops and flips) otherwise
+  reach the images in a varying order. Undone when the test ends, so that the
+  next test of the same process runs as before.
+  """
+  from tff_partial.runtime import local  # pylint: disable=g-import-not-at-top
+  from tff_partial.training import determinism  # pylint: disable=g-import-not-at-top
+  saved = os.environ.get(determinism.ENV_VAR)
+  determinism.configure(True)
+  local.install()
+  test_case.addCleanup(restore_op_determinism, saved)
+
+
+def restore_op_determinism(saved) -> None:
+  """Sets op determinism back to `saved` (TF_DETERMINISTIC_OPS's earlier value).
+
+  Turning it off also clears `determinism.configure`'s global seed and starts
+  a fresh TFF local worker, which read the variable when it started.
+  """
+  if os.environ.get('TF_DETERMINISTIC_OPS') == saved:
+    return
+  if saved is None:
+    os.environ.pop('TF_DETERMINISTIC_OPS', None)
+  else:
+    os.environ['TF_DETERMINISTIC_OPS'] = saved
+  if 'tensorflow' in sys.modules and saved != '1':
+    from tensorflow.python.framework import config  # pylint: disable=g-import-not-at-top
+    config.disable_op_determinism()
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    tf.random.set_seed(None)  # determinism.configure's global seed
+  if 'tff_partial.runtime' in sys.modules:
+    from tff_partial.runtime import local  # pylint: disable=g-import-not-at-top
+    local.install()
+
+
 def train_and_assert_learns(test_case, task, built, *, rounds, min_accuracy,
                             clients_per_round=10, seed=0, loss_check='test',
                             min_loss_drop=0.1):
