@@ -136,3 +136,7 @@ class Cifar10TaskTest(tf.test.TestCase):
 CLIENT_LR = 0.05
 ROUNDS = 8
 MIN_ACCURACY = 0.13  # chance: 0.10
+
+
+if __name__ == '__main__':
+  tf.test.main()
