@@ -1,4 +1,4 @@
-"""Helpers for task tests: TFF FedAvg rounds and Keras evaluation of a task."""
+"""Helpers for task tests: TFF FedAvg rounds on a task, and parameter counts."""
 
 import numpy as np
 import tensorflow as tf
@@ -38,13 +38,6 @@ def run_fedavg(task, num_rounds, clients_per_round, seed=0, client_lr=0.1,
     state = result.state
     history.append(result.metrics['client_work']['train'])
   return process, state, history
-
-
-def keras_evaluate(task, process, state, dataset):
-  """{'loss', <metrics>} of the model in `state` on a preprocessed dataset."""
-  model = task.compiled_keras_model()
-  process.get_model_weights(state).assign_weights_to(model)
-  return model.evaluate(dataset, verbose=0, return_dict=True)
 
 
 def param_count(model: tf.keras.Model) -> int:
