@@ -57,11 +57,19 @@ class LoopTest(tf.test.TestCase):
     full_dir, resumed_dir = os.path.join(root, 'full'), os.path.join(root, 'resumed')
     self._train(full_dir, total_rounds=4)
     # A run killed during round 4: its last checkpoint is round 2, its CSV
-    # already holds round 3.
+    # already holds round 3, and it was killed while TFF wrote the CSV and a
+    # checkpoint (each through a `_temp<4 digits>` copy, then a rename).
     self._train(resumed_dir, total_rounds=3)
     shutil.rmtree(os.path.join(resumed_dir, 'checkpoints', 'program_state_3'))
     os.remove(os.path.join(resumed_dir, 'model_weights.npz'))
+    partial_csv = os.path.join(resumed_dir, 'metrics.csv_temp4389')
+    partial_checkpoint = os.path.join(resumed_dir, 'checkpoints', 'program_state_4_temp1234')
+    shutil.copyfile(os.path.join(resumed_dir, 'metrics.csv'), partial_csv)
+    shutil.copytree(os.path.join(resumed_dir, 'checkpoints', 'program_state_2'),
+                    partial_checkpoint)
     self._train(resumed_dir, total_rounds=4)
+    self.assertFalse(os.path.exists(partial_csv))
+    self.assertFalse(os.path.exists(partial_checkpoint))
 
     full, resumed = _weights(os.path.join(full_dir, 'model_weights.npz')), _weights(
         os.path.join(resumed_dir, 'model_weights.npz'))

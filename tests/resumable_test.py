@@ -1,4 +1,4 @@
-"""Tests of `tff_partial.training.resumable.read_flags`, the one reader of a run's flags.json."""
+"""Tests of `tff_partial.training.resumable`: reading a run's flags.json, removing partial writes."""
 
 import json
 import os
@@ -32,6 +32,36 @@ class ReadFlagsTest(absltest.TestCase):
     directory = self._write('{"task": ')
     with self.assertRaisesRegex(ValueError, r'flags\.json is not valid JSON'):
       resumable.read_flags(directory)
+
+
+class RemoveStaleTempFilesTest(absltest.TestCase):
+
+  def test_removes_only_the_partial_writes_of_tff_file_managers(self):
+    run_dir = self.create_tempdir().full_path
+    checkpoints = os.path.join(run_dir, resumable.CHECKPOINTS_DIR)
+    kept = ['metrics.csv', 'flags.json', 'notes_temp', 'metrics.csv_temp123',
+            os.path.join(resumable.CHECKPOINTS_DIR, 'program_state_25', 'saved_model.pb')]
+    partial = ['metrics.csv_temp4389',
+               os.path.join(resumable.CHECKPOINTS_DIR, 'program_state_50_temp1234',
+                            'saved_model.pb')]
+    for name in kept + partial:
+      os.makedirs(os.path.dirname(os.path.join(run_dir, name)), exist_ok=True)
+      with open(os.path.join(run_dir, name), 'w') as f:
+        f.write('x')
+
+    removed = resumable.remove_stale_temp_files(run_dir)
+
+    self.assertEqual(removed, [os.path.join(checkpoints, 'program_state_50_temp1234'),
+                               os.path.join(run_dir, 'metrics.csv_temp4389')])
+    for name in kept:
+      self.assertTrue(os.path.exists(os.path.join(run_dir, name)), name)
+    self.assertEqual(sorted(os.listdir(checkpoints)), ['program_state_25'])
+    self.assertEqual(resumable.remove_stale_temp_files(run_dir), [])
+
+  def test_a_missing_run_directory_has_nothing_to_remove(self):
+    missing = os.path.join(self.create_tempdir().full_path, 'not_there')
+    self.assertEqual(resumable.remove_stale_temp_files(missing), [])
+    self.assertFalse(os.path.exists(missing))
 
 
 if __name__ == '__main__':

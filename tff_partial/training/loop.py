@@ -381,13 +381,15 @@ def run_training(
     if run_flags is not None:
       check_or_save_flags(output_dir, run_flags, flag_defaults)
     os.makedirs(output_dir, exist_ok=True)
+    for path in resumable.remove_stale_temp_files(output_dir):
+      logging.info('Removed %s, a partial write of a killed earlier process', path)
     managers += [
         tff.program.CSVFileReleaseManager(
             file_path=os.path.join(output_dir, 'metrics.csv'), key_fieldname='round_num'),
         tff.program.TensorBoardReleaseManager(os.path.join(output_dir, 'tensorboard')),
     ]
     state_manager = tff.program.FileProgramStateManager(
-        os.path.join(output_dir, 'checkpoints'), keep_total=3, keep_first=True)
+        os.path.join(output_dir, resumable.CHECKPOINTS_DIR), keep_total=3, keep_first=True)
   release = _AddConstants(managers, built, epsilon_fn, privacy_note)
   evaluator = _Evaluator(task)
 

@@ -6,6 +6,8 @@ read it without starting TensorFlow.
 
 import json
 import os
+import re
+import shutil
 from typing import Optional
 
 # Flags that may change between a run and its resumption without changing
@@ -26,6 +28,13 @@ FINAL_EVAL_FILE = 'final_eval.json'
 WEIGHTS_FILE = 'model_weights.npz'
 # A run's flags, written when it starts and checked when it resumes (`loop`).
 FLAGS_FILE = 'flags.json'
+CHECKPOINTS_DIR = 'checkpoints'
+
+# TFF's file managers write `<path>_temp<4 digits>` and rename it over `<path>`
+# (`tff.program.CSVFileReleaseManager` for metrics.csv, a file;
+# `FileProgramStateManager` for each checkpoint, a directory). A run killed
+# mid-write leaves that partial copy behind; TFF never reads or removes it.
+_TEMP_SUFFIX = re.compile(r'_temp[0-9]{4}$')
 
 
 def read_flags(run_dir: str) -> Optional[dict]:
@@ -46,3 +55,26 @@ def read_flags(run_dir: str) -> Optional[dict]:
   if not isinstance(saved, dict):
     raise ValueError(f'{path} is not a JSON object of flags')
   return saved
+
+
+def remove_stale_temp_files(run_dir: str) -> list:
+  """Removes the partial writes a killed run left in `run_dir`; their paths, sorted.
+
+  Looks only at `run_dir` itself and its checkpoints directory, for names that
+  end in `_temp` and 4 digits (see `_TEMP_SUFFIX`). For a run directory no
+  other process writes to: the loop calls it when it starts or resumes a run.
+  """
+  removed = []
+  for directory in (run_dir, os.path.join(run_dir, CHECKPOINTS_DIR)):
+    if not os.path.isdir(directory):
+      continue
+    for name in os.listdir(directory):
+      if not _TEMP_SUFFIX.search(name):
+        continue
+      path = os.path.join(directory, name)
+      if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path)
+      else:
+        os.remove(path)
+      removed.append(path)
+  return sorted(removed)
