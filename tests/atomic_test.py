@@ -76,6 +76,7 @@ class AtomicWriteTest(unittest.TestCase):
     # What a kill leaves is a temporary file beside it, never the target.
     for name in self._leftovers():
       self.assertRegex(name, r'^final_eval\.json\.\d+\.[0-9a-f]{8}\.tmp$')
+      self.assertRegex(name, atomic.TEMP_NAME)  # what a resumed run removes
       self.assertGreaterEqual(os.path.getsize(os.path.join(self.dir, name)), 3 << 20)
 
   def test_bad_mode(self):

@@ -58,18 +58,23 @@ class LoopTest(tf.test.TestCase):
     self._train(full_dir, total_rounds=4)
     # A run killed during round 4: its last checkpoint is round 2, its CSV
     # already holds round 3, and it was killed while TFF wrote the CSV and a
-    # checkpoint (each through a `_temp<4 digits>` copy, then a rename).
+    # checkpoint (each through a `_temp<4 digits>` copy, then a rename) and,
+    # earlier, the weights (through `atomic`'s `.<pid>.<8 hex>.tmp` copy).
     self._train(resumed_dir, total_rounds=3)
     shutil.rmtree(os.path.join(resumed_dir, 'checkpoints', 'program_state_3'))
     os.remove(os.path.join(resumed_dir, 'model_weights.npz'))
     partial_csv = os.path.join(resumed_dir, 'metrics.csv_temp4389')
     partial_checkpoint = os.path.join(resumed_dir, 'checkpoints', 'program_state_4_temp1234')
+    partial_weights = os.path.join(resumed_dir, 'model_weights.npz.4242.0123abcd.tmp')
     shutil.copyfile(os.path.join(resumed_dir, 'metrics.csv'), partial_csv)
     shutil.copytree(os.path.join(resumed_dir, 'checkpoints', 'program_state_2'),
                     partial_checkpoint)
+    with open(partial_weights, 'wb') as f:
+      f.write(b'half')
     self._train(resumed_dir, total_rounds=4)
     self.assertFalse(os.path.exists(partial_csv))
     self.assertFalse(os.path.exists(partial_checkpoint))
+    self.assertFalse(os.path.exists(partial_weights))
 
     full, resumed = _weights(os.path.join(full_dir, 'model_weights.npz')), _weights(
         os.path.join(resumed_dir, 'model_weights.npz'))

@@ -58,6 +58,20 @@ class RemoveStaleTempFilesTest(absltest.TestCase):
     self.assertEqual(sorted(os.listdir(checkpoints)), ['program_state_25'])
     self.assertEqual(resumable.remove_stale_temp_files(run_dir), [])
 
+  def test_removes_what_a_killed_atomic_write_left(self):
+    run_dir = self.create_tempdir().full_path
+    kept = ['flags.json', 'model_weights.npz', 'notes.tmp', 'flags.json.123.tmp',
+            'flags.json.123.0123ABCD.tmp', 'flags.json.x.0123abcd.tmp']
+    partial = ['final_eval.json.4242.0123abcd.tmp', 'model_weights.npz.7.deadbeef.tmp']
+    for name in kept + partial:
+      with open(os.path.join(run_dir, name), 'w') as f:
+        f.write('x')
+
+    removed = resumable.remove_stale_temp_files(run_dir)
+
+    self.assertEqual(removed, [os.path.join(run_dir, name) for name in partial])
+    self.assertEqual(sorted(os.listdir(run_dir)), sorted(kept))
+
   def test_a_missing_run_directory_has_nothing_to_remove(self):
     missing = os.path.join(self.create_tempdir().full_path, 'not_there')
     self.assertEqual(resumable.remove_stale_temp_files(missing), [])

@@ -8,7 +8,13 @@ Python has no such writer in its standard library; this one is small.
 
 import contextlib
 import os
+import re
 import uuid
+
+# The name of the temporary file beside `path`: `<path>.<pid>.<8 hex>.tmp`. A
+# process killed mid-write (SIGKILL: no cleanup runs) leaves it behind;
+# `resumable.remove_stale_temp_files` removes those in a run directory.
+TEMP_NAME = re.compile(r'\.[0-9]+\.[0-9a-f]{8}\.tmp$')
 
 
 @contextlib.contextmanager

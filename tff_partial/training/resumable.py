@@ -10,6 +10,8 @@ import re
 import shutil
 from typing import Optional
 
+from tff_partial.training import atomic
+
 # Flags that may change between a run and its resumption without changing
 # what is computed (`local_client_parallelism`: up to the float rounding of
 # the thread count, which `auto` keeps at one thread per client).
@@ -34,6 +36,7 @@ CHECKPOINTS_DIR = 'checkpoints'
 # (`tff.program.CSVFileReleaseManager` for metrics.csv, a file;
 # `FileProgramStateManager` for each checkpoint, a directory). A run killed
 # mid-write leaves that partial copy behind; TFF never reads or removes it.
+# `atomic.TEMP_NAME` is what this package's own writes leave when killed.
 _TEMP_SUFFIX = re.compile(r'_temp[0-9]{4}$')
 
 
@@ -61,7 +64,8 @@ def remove_stale_temp_files(run_dir: str) -> list:
   """Removes the partial writes a killed run left in `run_dir`; their paths, sorted.
 
   Looks only at `run_dir` itself and its checkpoints directory, for names that
-  end in `_temp` and 4 digits (see `_TEMP_SUFFIX`). For a run directory no
+  end in `_temp` and 4 digits (TFF's, see `_TEMP_SUFFIX`) or in `.<pid>.<8
+  hex>.tmp` (this package's `atomic.atomic_write`). For a run directory no
   other process writes to: the loop calls it when it starts or resumes a run.
   """
   removed = []
@@ -69,7 +73,7 @@ def remove_stale_temp_files(run_dir: str) -> list:
     if not os.path.isdir(directory):
       continue
     for name in os.listdir(directory):
-      if not _TEMP_SUFFIX.search(name):
+      if not (_TEMP_SUFFIX.search(name) or atomic.TEMP_NAME.search(name)):
         continue
       path = os.path.join(directory, name)
       if os.path.isdir(path) and not os.path.islink(path):
