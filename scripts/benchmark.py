@@ -296,6 +296,7 @@ def run(output_dir):
       'rounds': num_rounds, 'warmup_rounds': warmup, 'seed': seed,
       'client_batch_size': flag_groups.CLIENT_BATCH_SIZE.value,
       'client_epochs': flag_groups.CLIENT_EPOCHS.value,
+      'client_epoch_batching': flag_groups.CLIENT_EPOCH_BATCHING.value,
       'client_max_batches': flag_groups.CLIENT_MAX_ELEMENTS.value,
       'client_loop': f'--client_loop={flag_groups.CLIENT_LOOP.value} -> '
                      f'{flag_groups.client_loop_name(task_name)}',

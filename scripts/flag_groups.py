@@ -76,6 +76,16 @@ CLIENT_MAX_ELEMENTS = flags.DEFINE_integer(
     'client_max_batches', -1,
     'At most this many batches (after batching, all epochs together) per client '
     'per round (-1: no limit).')
+# How --client_epochs passes over a client's data (tasks/registry.py).
+ACROSS_EPOCHS, PER_EPOCH = 'across_epochs', 'per_epoch'
+CLIENT_EPOCH_BATCHING = flags.DEFINE_enum(
+    'client_epoch_batching', ACROSS_EPOCHS, (ACROSS_EPOCHS, PER_EPOCH),
+    'How --client_epochs > 1 batches: `across_epochs` (TFF\'s '
+    'ClientSpec.num_epochs: the examples are repeated, then batched, so a '
+    'client with fewer examples than a batch takes one batch for all its '
+    'epochs) or `per_epoch` (Keras fit: each epoch is batched on its own, so a '
+    'client takes exactly --client_epochs times the batches of one epoch, '
+    'before --client_max_batches).')
 CLIENT_LOOP = flags.DEFINE_enum(
     'client_loop', client_loop.AUTO, client_loop.CHOICES,
     'How a client iterates its dataset: `iterator` (a loop over the dataset '
@@ -170,8 +180,10 @@ def client_specs() -> tuple[tff.simulation.baselines.ClientSpec, tff.simulation.
   check_positive(CLIENT_BATCH_SIZE)
   # --client_max_batches is applied after preprocessing (create_task), not as
   # ClientSpec.max_elements, which counts raw elements (sentences for text).
+  # --client_epoch_batching=per_epoch repeats the batches instead (create_task).
+  per_epoch = CLIENT_EPOCH_BATCHING.value == PER_EPOCH
   train = tff.simulation.baselines.ClientSpec(
-      num_epochs=CLIENT_EPOCHS.value,
+      num_epochs=1 if per_epoch else CLIENT_EPOCHS.value,
       batch_size=CLIENT_BATCH_SIZE.value,
       shuffle_buffer_size=1,  # the training loop shuffles, seeded per round/client
   )
@@ -215,4 +227,6 @@ def create_task(task_name: Optional[str] = None, seed: Optional[int] = None) -> 
     task = task.with_validation_split(VALIDATION_FRACTION.value, task_seed)
   elif VALIDATION_FRACTION.present:
     raise FlagError('--validation_fraction applies only to --eval_split=validation')
+  if CLIENT_EPOCH_BATCHING.value == PER_EPOCH:
+    task = task.with_batched_epochs(CLIENT_EPOCHS.value)
   return task.with_max_train_batches(CLIENT_MAX_ELEMENTS.value)

@@ -89,6 +89,13 @@ class ReportTest(tf.test.TestCase):
     self.assertIn('| fedavg | 1 | 3 | 0.5 | 0.75 | - | 100 | 0.8 | 0.5 | 0.0 | 0.0 | 1 |', text)
     self.assertIn('| select | skipped: not here |', text)
     self.assertIn(f'| {references.LIMIT} | 0.8 | 1.5 |', text)
+    self.assertIn('epochs 1, max batches -1,', text)
+    per_epoch = report.markdown({
+        'task': 't', 'machine': 'CPU: x', 'data': 'd', 'clients_per_round': 2,
+        'rounds': 3, 'warmup_rounds': 1, 'client_batch_size': 20, 'client_epochs': 2,
+        'client_epoch_batching': 'per_epoch', 'client_max_batches': 10, 'seed': 0,
+        'runtime': 'r', 'method_note': 'n'})
+    self.assertIn('epochs 2 (batched per epoch), max batches 10,', per_epoch)
 
 
 class ReferencesTest(tf.test.TestCase):

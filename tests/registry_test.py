@@ -58,6 +58,30 @@ class RegistryTest(absltest.TestCase):
     self.assertIs(task.with_max_train_batches(-1), task)
     self.assertEqual(limited.population, task.population)
 
+  def test_batched_epochs_batch_each_epoch_on_its_own(self):
+    def batch_sizes(task, data):
+      return [int(b[0].shape[0]) for b in task.baseline.datasets.train_preprocess_fn(data)]
+
+    def build(epochs):
+      return registry.create_task(
+          'emnist_2nn', data_source='synthetic',
+          train_client_spec=tff.simulation.baselines.ClientSpec(num_epochs=epochs, batch_size=4))
+
+    task = build(epochs=1)
+    data = task.train_data.create_tf_dataset_for_client(task.train_data.client_ids[0]).take(5)
+    self.assertEqual(batch_sizes(task, data), [4, 1])
+    # TFF's ClientSpec.num_epochs repeats the 5 examples, then batches the 10.
+    self.assertEqual(batch_sizes(build(epochs=2), data), [4, 4, 2])
+    # Keras epochs: each pass over the examples ends with its own partial batch.
+    self.assertEqual(batch_sizes(task.with_batched_epochs(2), data), [4, 1, 4, 1])
+    self.assertEqual(batch_sizes(task.with_batched_epochs(3), data), [4, 1] * 3)
+    # The cap counts the batches of all passes together.
+    capped = task.with_batched_epochs(2).with_max_train_batches(3)
+    self.assertEqual(batch_sizes(capped, data), [4, 1, 4])
+    self.assertIs(task.with_batched_epochs(1), task)
+    with self.assertRaisesRegex(registry.TaskError, '--client_epochs=0 must be a positive'):
+      task.with_batched_epochs(0)
+
   def test_all_tasks_registered_when_a_task_module_is_imported_first(self):
     # Fresh interpreter: here the registry is already complete.
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -2,12 +2,15 @@
 
 import tempfile
 
+from absl.testing import flagsaver
 import numpy as np
 import tensorflow as tf
 
+from scripts import flag_groups
 from scripts.methods import fedavg
 from tasks import registry
 from tasks import shakespeare
+from tff_partial.training import loop
 from tests import task_testing
 from tests import testing_utils
 
@@ -77,6 +80,61 @@ class CharTaskTest(tf.test.TestCase):
     result = testing_utils.train_and_assert_learns(
         self, task, built, rounds=ROUNDS, clients_per_round=5, min_accuracy=MIN_ACCURACY)
     self.assertLess(result.final_eval['loss'], CONTEXT_FREE_LOSS)
+
+
+class EpochBatchingTest(tf.test.TestCase):
+  """--client_epoch_batching on the char LSTM, where most roles hold one batch."""
+
+  def _flag_task(self, epochs, max_batches, batching):
+    with flagsaver.flagsaver(
+        task='shakespeare_char', data_source='h5', cache_dir=testing_utils.cache_dir(),
+        data_dir=testing_utils.shared_data(testing_utils.SHAKESPEARE_H5),
+        client_batch_size=20, client_epochs=epochs, client_max_batches=max_batches,
+        client_epoch_batching=batching):
+      return flag_groups.create_task()
+
+  def test_per_epoch_doubles_every_roles_steps_under_a_doubled_cap(self):
+    base = self._flag_task(1, 5, 'across_epochs')
+    across = self._flag_task(2, 10, 'across_epochs')
+    per_epoch = self._flag_task(2, 10, 'per_epoch')
+    roles = base.train_data.client_ids[:10]
+
+    def steps(task):
+      return np.array([sum(1 for _ in task.baseline.datasets.train_preprocess_fn(
+          task.train_data.create_tf_dataset_for_client(role))) for role in roles])
+
+    base_steps = steps(base)
+    self.assertEqual(base_steps.min(), 1)  # roles with fewer than 20 sequences
+    self.assertEqual(base_steps.max(), 5)  # roles the cap cuts
+    # Exactly 2x for every role: min(2n, 10) = 2 min(n, 5).
+    self.assertAllEqual(steps(per_epoch), 2 * base_steps)
+    # TFF's repeat-then-batch: a role of at most 10 sequences still takes one
+    # batch for its two epochs, and no role takes more than twice its steps.
+    across_steps = steps(across)
+    self.assertIn(1, across_steps)
+    self.assertTrue(np.all(across_steps <= 2 * base_steps))
+    self.assertLess(across_steps.sum(), 2 * base_steps.sum())
+
+  def test_passes_reshuffle_and_repeat_across_builds(self):
+    task = self._flag_task(2, -1, 'per_epoch')
+    role = next(r for r in task.train_data.client_ids
+                if len(list(task.train_data.create_tf_dataset_for_client(r))) > 30)
+
+    def first_sequences():
+      raw = loop.seeded_shuffle(task.train_data.create_tf_dataset_for_client(role),
+                                seed=0, round_num=1, client_index=0)
+      batches = list(task.baseline.datasets.train_preprocess_fn(raw))
+      self.assertEqual(len(batches) % 2, 0)
+      half = len(batches) // 2
+      return batches[0][0].numpy(), batches[half][0].numpy(), batches[:half], batches[half:]
+
+    first, second, pass1, pass2 = first_sequences()
+    self.assertEqual(sum(int(b[0].shape[0]) for b in pass1),
+                     sum(int(b[0].shape[0]) for b in pass2))
+    self.assertNotAllEqual(first, second)  # the second pass is reshuffled
+    again_first, again_second, _, _ = first_sequences()
+    self.assertAllEqual(first, again_first)  # and the same in every build
+    self.assertAllEqual(second, again_second)
 
 
 class WordTaskTest(tf.test.TestCase):

@@ -133,12 +133,20 @@ def breakdown(rows: list[dict]) -> list[str]:
   return lines
 
 
+def _epoch_batching(report: dict) -> str:
+  """' (batched per epoch)' for --client_epoch_batching=per_epoch, else ''."""
+  if report.get('client_epoch_batching') == 'per_epoch':
+    return ' (batched per epoch)'
+  return ''
+
+
 def markdown(report: dict) -> str:
   lines = [f"# Benchmark: {report['task']}", '',
            f"{report['machine']}. Load average at end: {report.get('load_at_end', '-')}.", '',
            f"Data: {report['data']}. Clients per round: {report['clients_per_round']}, "
            f"rounds: {report['rounds']} ({report['warmup_rounds']} warm-up), client batch "
-           f"size {report['client_batch_size']}, epochs {report['client_epochs']}, max "
+           f"size {report['client_batch_size']}, epochs {report['client_epochs']}"
+           f"{_epoch_batching(report)}, max "
            f"batches {report['client_max_batches']}, seed {report['seed']}. Runtime: "
            f"{report['runtime']}.", '']
   rows = report.get('rows') or []
