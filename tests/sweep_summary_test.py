@@ -214,5 +214,44 @@ class CpuPathTest(absltest.TestCase):
     self.assertIn('- not recorded (a run from before the record): 1 run(s) of `b`', markdown)
 
 
+class LocalStepsTest(absltest.TestCase):
+
+  def test_steps_a_client_are_batches_over_clients_per_round(self):
+    batches = {'runs/a/seed_0': (22, 28), 'runs/a/seed_1': (30, 30)}
+
+    def write_run(sweep_dir, run):
+      if run.config == 'b':  # a run from before the column: blank
+        _write_run(sweep_dir, run, 0.5)
+        return
+      directory = plan.run_dir(sweep_dir, run)
+      os.makedirs(directory)
+      first, second = batches[run.run_id]
+      with open(os.path.join(directory, 'metrics.csv'), 'w') as f:
+        f.write('round_num,comm/bytes_down_per_client,comm/bytes_up_per_client,'
+                'evaluation/accuracy,evaluation/loss,client_work/train/num_batches\n'
+                '0,0,0,0.1,4.0,\n'
+                f'1,100,50,,,{first}\n2,100,50,0.5,1.0,{second}\n')
+      with open(os.path.join(directory, 'flags.json'), 'w') as f:
+        json.dump({'seed': run.seed, 'clients_per_round': 10}, f)
+      with open(os.path.join(directory, plan.FINISHED_FILE), 'w') as f:
+        json.dump({'accuracy': 0.5, 'loss': 0.5}, f)
+
+    markdown, out, _ = _summarize(self, {
+        'name': 'steps',
+        'base': {'task': 'emnist_2nn', 'data_source': 'synthetic', 'total_rounds': 2},
+        'configs': [{'name': 'a', 'flags': {'algorithm': 'fedavg'}},
+                    {'name': 'b', 'flags': {'algorithm': 'fedavg', 'client_epochs': 2}}],
+        'seeds': [0, 1]}, write_run)
+    runs = _csv_rows(out['runs'], 'run')
+    self.assertAlmostEqual(float(runs['runs/a/seed_0']['local_steps_per_client']), 2.5)
+    self.assertAlmostEqual(float(runs['runs/a/seed_1']['local_steps_per_client']), 3.0)
+    self.assertEqual(runs['runs/b/seed_0']['local_steps_per_client'], 'nan')
+    configs = _csv_rows(out['summary_csv'], 'config')
+    self.assertAlmostEqual(float(configs['a']['local_steps_per_client']), 2.75)
+    self.assertIn('| no | 0.0 | 2.75 |', markdown)
+    self.assertIn('| no | 0.0 |  |', markdown)
+    self.assertIn('Local steps a client: the batches trained', markdown)
+
+
 if __name__ == '__main__':
   absltest.main()

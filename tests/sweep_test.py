@@ -212,6 +212,8 @@ class SweepGridTest(absltest.TestCase):
       self.assertEqual(int(row['best_round']), 1 + int(np.argmax(curve)))
       self.assertEqual(row['seeds'], '2')
       self.assertEqual(int(float(row['bytes_total_per_client'])), 2 * _BYTES_PER_ROUND)
+      # One client a round, capped at one batch (_BASE).
+      self.assertEqual(float(row['local_steps_per_client']), 1.0)
       for f in finals:
         self.assertEqual(int(f[1]['comm/bytes_down_per_client']) +
                          int(f[1]['comm/bytes_up_per_client']), _BYTES_PER_ROUND)

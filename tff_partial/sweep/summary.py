@@ -116,13 +116,32 @@ class RunResult:
   bytes_down: int
   bytes_up: int
   cpu_path: str = ''  # flags.json's record of where it started ('' in runs before it)
+  steps_per_client: float = math.nan  # mean local steps a client (`local_steps_per_client`)
 
 
-def _cpu_path(directory: str) -> str:
+def _run_flags(directory: str) -> dict:
   try:
-    return str((resumable.read_flags(directory) or {}).get(resumable.CPU_PATH_KEY, ''))
+    return resumable.read_flags(directory) or {}
   except (OSError, ValueError):
-    return ''
+    return {}
+
+
+def local_steps_per_client(rows: Sequence[Mapping[str, str]], clients_per_round) -> float:
+  """Mean local steps a client over a run's training rounds (nan if not logged).
+
+  The steps a client takes come from --client_epochs, --client_max_batches and
+  the client's own data together, so a cap that binds for few clients shows
+  here: the batches trained over a round's clients (`.../train/num_batches`)
+  divided by `clients_per_round`, averaged over the rounds.
+  """
+  key = next((k for k in (rows[0] if rows else {}) if k.endswith('train/num_batches')), None)
+  if key is None or not clients_per_round:
+    return math.nan
+  batches = [_float(r.get(key)) for r in rows if int(r['round_num']) >= 1]
+  batches = [b for b in batches if not math.isnan(b)]
+  if not batches:
+    return math.nan
+  return float(np.mean(batches)) / float(clients_per_round)
 
 
 def read_run(sweep_dir: str, run: plan.Run, metric: str) -> Optional[RunResult]:
@@ -142,6 +161,7 @@ def read_run(sweep_dir: str, run: plan.Run, metric: str) -> Optional[RunResult]:
     cumulative[k] = cumulative[k - 1] + down + up
   evaluated = [r for r in rows if r.get(f'evaluation/{metric}') not in (None, '')]
   rounds = np.array([int(r['round_num']) for r in evaluated], dtype=np.int64)
+  run_flags = _run_flags(directory)
   return RunResult(
       run_id=run.run_id, config=run.config, seed=run.seed, final=final, rounds=rounds,
       metric=np.array([_float(r[f'evaluation/{metric}']) for r in evaluated]),
@@ -149,7 +169,8 @@ def read_run(sweep_dir: str, run: plan.Run, metric: str) -> Optional[RunResult]:
       cumulative_bytes=np.array([cumulative.get(int(k), 0) for k in rounds], dtype=np.int64),
       bytes_down=sum(d for d, _ in per_round.values()),
       bytes_up=sum(u for _, u in per_round.values()),
-      cpu_path=_cpu_path(directory))
+      cpu_path=str(run_flags.get(resumable.CPU_PATH_KEY, '')),
+      steps_per_client=local_steps_per_client(rows, run_flags.get('clients_per_round')))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -175,6 +196,7 @@ class ConfigSummary:
   bytes_down: float
   bytes_up: float
   choice: Optional[lr_search.Choice] = None  # the search that chose `tuned`
+  steps_per_client: float = math.nan  # mean over the seeds that logged it
 
   @property
   def tuned_at_edge(self) -> dict:
@@ -223,7 +245,13 @@ def summarize_config(config, runs: Sequence[plan.Run], results: Sequence[RunResu
       plateaued=plateaued, last_round=last,
       bytes_down=float(np.mean([r.bytes_down for r in results])) if results else math.nan,
       bytes_up=float(np.mean([r.bytes_up for r in results])) if results else math.nan,
-      choice=choice)
+      choice=choice,
+      steps_per_client=_nanmean([r.steps_per_client for r in results]))
+
+
+def _nanmean(values: Sequence[float]) -> float:
+  kept = [v for v in values if not math.isnan(v)]
+  return float(np.mean(kept)) if kept else math.nan
 
 
 def _cell(value) -> str:
@@ -261,7 +289,8 @@ def summary_rows(summaries: Sequence[ConfigSummary], metric: str) -> list:
                 'plateau_round': s.plateau_round, 'plateaued': s.plateaued,
                 'last_round': s.last_round,
                 'bytes_down_per_client': s.bytes_down, 'bytes_up_per_client': s.bytes_up,
-                'bytes_total_per_client': s.bytes_down + s.bytes_up})
+                'bytes_total_per_client': s.bytes_down + s.bytes_up,
+                'local_steps_per_client': s.steps_per_client})
     if tuned:
       row['tuned_at_grid_edge'] = ';'.join(f'{k}={v}' for k, v in s.tuned_at_edge.items())
     rows.append(row)
@@ -367,7 +396,8 @@ def write(out_dir: str, *, name: str, description: str, summaries: Sequence[Conf
     run_rows.append({'run': r.run_id, 'config': r.config, 'seed': r.seed,
                      f'test_{metric}': r.final[metric], 'test_loss': r.final['loss'],
                      'plateau_round': plateau, 'bytes_down_per_client': r.bytes_down,
-                     'bytes_up_per_client': r.bytes_up, 'cpu_path': r.cpu_path})
+                     'bytes_up_per_client': r.bytes_up,
+                     'local_steps_per_client': r.steps_per_client, 'cpu_path': r.cpu_path})
   _write_csv(paths['runs'], run_rows)
   search_rows = []
   for config, choice in choices.items():
@@ -390,7 +420,8 @@ def write(out_dir: str, *, name: str, description: str, summaries: Sequence[Conf
     lines += [description, '']
   header = (['config', 'seeds'] + [f'tuned {t}' for t in tuned] +
             [f'test {metric}{unit} mean ± std', '95% CI', 'test loss mean ± std', '95% CI',
-             'best round', 'plateau round', 'plateaued', 'MB per client (down + up)'])
+             'best round', 'plateau round', 'plateaued', 'MB per client (down + up)',
+             'local steps a client'])
   lines += ['| ' + ' | '.join(header) + ' |', '|' + '---|' * len(header)]
   for s in summaries:
     seeds = f'{len(s.seeds)}' + (f' ({len(s.missing_seeds)} missing)' if s.missing_seeds else '')
@@ -398,7 +429,8 @@ def write(out_dir: str, *, name: str, description: str, summaries: Sequence[Conf
              [_mean_std(s.metric, scale), _interval(s.metric, scale), _mean_std(s.loss),
               _interval(s.loss), _cell(s.best_round), _cell(s.plateau_round),
               _cell(s.plateaued),
-              '' if math.isnan(s.bytes_down) else f'{(s.bytes_down + s.bytes_up) / 1e6:.1f}'])
+              '' if math.isnan(s.bytes_down) else f'{(s.bytes_down + s.bytes_up) / 1e6:.1f}',
+              '' if math.isnan(s.steps_per_client) else f'{s.steps_per_client:.2f}'])
     lines.append('| ' + ' | '.join(cells) + ' |')
   at_edge = [s for s in summaries if s.tuned_at_edge]
   if at_edge:
@@ -431,6 +463,10 @@ def write(out_dir: str, *, name: str, description: str, summaries: Sequence[Conf
       f'"plateaued": the plateau round is at most {PLATEAUED_FRACTION:.0%} of the last round.',
       'MB per client: the exact bytes a participating client receives plus sends, summed over '
       'all rounds (metrics.csv).',
+      'Local steps a client: the batches trained over a round\'s clients '
+      '(`client_work/train/num_batches`) divided by --clients_per_round, averaged over the '
+      'rounds and seeds; --client_epochs, --client_max_batches and the clients\' data sizes '
+      'set it together (blank: not logged).',
   ]
   if search_rows:
     lines.append(f'Tuned values: the best mean final validation {search_metric} of the '
