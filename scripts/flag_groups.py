@@ -81,9 +81,9 @@ ACROSS_EPOCHS, PER_EPOCH = 'across_epochs', 'per_epoch'
 CLIENT_EPOCH_BATCHING = flags.DEFINE_enum(
     'client_epoch_batching', ACROSS_EPOCHS, (ACROSS_EPOCHS, PER_EPOCH),
     'How --client_epochs > 1 batches: `across_epochs` (TFF\'s '
-    'ClientSpec.num_epochs: the examples are repeated, then batched, so a '
-    'client with fewer examples than a batch takes one batch for all its '
-    'epochs) or `per_epoch` (Keras fit: each epoch is batched on its own, so a '
+    'ClientSpec.num_epochs: the examples are repeated, then batched, so an '
+    'epoch\'s last partial batch merges with the next epoch\'s examples) or '
+    '`per_epoch` (Keras fit: each epoch is batched on its own, so a '
     'client takes exactly --client_epochs times the batches of one epoch, '
     'before --client_max_batches).')
 CLIENT_LOOP = flags.DEFINE_enum(

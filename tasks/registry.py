@@ -130,8 +130,8 @@ class Task:
     epoch) batches a client's examples once per pass, and every pass ends with
     its own partial batch, so a client takes exactly `num_epochs` times the
     batches of one epoch. TFF's `ClientSpec.num_epochs` instead repeats the
-    examples before batching: a client with fewer examples than a batch takes
-    one batch for all its epochs (a Shakespeare role with 5 sequences: one
+    examples before batching, so an epoch's last partial batch merges with the
+    next epoch's first examples (a Shakespeare role with 5 sequences: one
     batch of 10 at 2 epochs, here two batches of 5). The passes reshuffle
     (the training loop's seeded shuffle reshuffles each iteration). Written
     here: TFF's baseline preprocessing has no such option. 1: this task.
