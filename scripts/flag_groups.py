@@ -86,6 +86,13 @@ CLIENT_EPOCH_BATCHING = flags.DEFINE_enum(
     '`per_epoch` (Keras fit: each epoch is batched on its own, so a '
     'client takes exactly --client_epochs times the batches of one epoch, '
     'before --client_max_batches).')
+
+
+def _batched_per_epoch() -> bool:
+  """--client_epoch_batching=per_epoch: epochs repeat the batched data (create_task)."""
+  return CLIENT_EPOCH_BATCHING.value == PER_EPOCH
+
+
 CLIENT_LOOP = flags.DEFINE_enum(
     'client_loop', client_loop.AUTO, client_loop.CHOICES,
     'How a client iterates its dataset: `iterator` (a loop over the dataset '
@@ -181,9 +188,8 @@ def client_specs() -> tuple[tff.simulation.baselines.ClientSpec, tff.simulation.
   # --client_max_batches is applied after preprocessing (create_task), not as
   # ClientSpec.max_elements, which counts raw elements (sentences for text).
   # --client_epoch_batching=per_epoch repeats the batches instead (create_task).
-  per_epoch = CLIENT_EPOCH_BATCHING.value == PER_EPOCH
   train = tff.simulation.baselines.ClientSpec(
-      num_epochs=1 if per_epoch else CLIENT_EPOCHS.value,
+      num_epochs=1 if _batched_per_epoch() else CLIENT_EPOCHS.value,
       batch_size=CLIENT_BATCH_SIZE.value,
       shuffle_buffer_size=1,  # the training loop shuffles, seeded per round/client
   )
@@ -227,6 +233,6 @@ def create_task(task_name: Optional[str] = None, seed: Optional[int] = None) -> 
     task = task.with_validation_split(VALIDATION_FRACTION.value, task_seed)
   elif VALIDATION_FRACTION.present:
     raise FlagError('--validation_fraction applies only to --eval_split=validation')
-  if CLIENT_EPOCH_BATCHING.value == PER_EPOCH:
+  if _batched_per_epoch():
     task = task.with_batched_epochs(CLIENT_EPOCHS.value)
   return task.with_max_train_batches(CLIENT_MAX_ELEMENTS.value)

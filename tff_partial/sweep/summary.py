@@ -126,6 +126,12 @@ def _run_flags(directory: str) -> dict:
     return {}
 
 
+def _nanmean(values: Sequence[float]) -> float:
+  """The mean of the values that are not nan (nan if none is)."""
+  kept = [v for v in values if not math.isnan(v)]
+  return float(np.mean(kept)) if kept else math.nan
+
+
 def local_steps_per_client(rows: Sequence[Mapping[str, str]], clients_per_round) -> float:
   """Mean local steps a client over a run's training rounds (nan if not logged).
 
@@ -137,11 +143,8 @@ def local_steps_per_client(rows: Sequence[Mapping[str, str]], clients_per_round)
   key = next((k for k in (rows[0] if rows else {}) if k.endswith('train/num_batches')), None)
   if key is None or not clients_per_round:
     return math.nan
-  batches = [_float(r.get(key)) for r in rows if int(r['round_num']) >= 1]
-  batches = [b for b in batches if not math.isnan(b)]
-  if not batches:
-    return math.nan
-  return float(np.mean(batches)) / float(clients_per_round)
+  return _nanmean([_float(r.get(key)) for r in rows
+                   if int(r['round_num']) >= 1]) / float(clients_per_round)
 
 
 def read_run(sweep_dir: str, run: plan.Run, metric: str) -> Optional[RunResult]:
@@ -247,11 +250,6 @@ def summarize_config(config, runs: Sequence[plan.Run], results: Sequence[RunResu
       bytes_up=float(np.mean([r.bytes_up for r in results])) if results else math.nan,
       choice=choice,
       steps_per_client=_nanmean([r.steps_per_client for r in results]))
-
-
-def _nanmean(values: Sequence[float]) -> float:
-  kept = [v for v in values if not math.isnan(v)]
-  return float(np.mean(kept)) if kept else math.nan
 
 
 def _cell(value) -> str:
