@@ -22,6 +22,12 @@ to more rounds:
 a warning if one sits at its grid's edge), so a grid can be widened before the
 full runs are paid for; the same command without it goes on from there.
 
+A sweep longer than one session on a machine whose outputs/ does not survive:
+--bank_dir=experiments/banked/<name> copies each finished run there (no
+checkpoints or weights; commit it), and in a fresh checkout
+--resume_from=experiments/banked/<name> takes them back, so only the
+unfinished runs train again.
+
 The spec format, the learning-rate search and the summary's definitions:
 docs/sweeps.md and `tff_partial.sweep`.
 """
@@ -61,6 +67,12 @@ _RESUME_FROM = flags.DEFINE_string(
     'change) is copied from there and trains on from its last checkpoint, e.g. a finished '
     '400-round sweep run on to 1,500 rounds by a spec that "extends" it. The sweep '
     'records it: a rerun without it (after a stop) starts from the same directory.')
+_BANK_DIR = flags.DEFINE_string(
+    'bank_dir', None, 'Copy every finished run (flags.json, metrics.csv, final_eval.json, its '
+    'log; not its checkpoints or weights) with the manifest into this directory, small enough '
+    'to commit: the runs finished before at the start (with --summary_only: and start '
+    'nothing), the others as each finishes. In a fresh checkout, --resume_from=<bank_dir> '
+    'takes them back and only the unfinished runs train (from scratch).')
 _PARALLEL = flags.DEFINE_integer('parallel', 1, 'Runs at a time.')
 _WORKERS = flags.DEFINE_list(
     'workers', [], 'Running TFF workers (host:port), shared out among the --parallel runs '
@@ -164,12 +176,18 @@ def main(argv):
     _print_plan(prepared, runs)
     return
   if _SUMMARY_ONLY.value:
+    if _BANK_DIR.value is not None:
+      try:
+        banked = sweep.bank(prepared, _BANK_DIR.value)
+      except sweep.SweepDirError as e:
+        _fail(str(e))
+      print(f'--bank_dir={_BANK_DIR.value}: {len(banked)} finished run(s) banked now')
     paths = sweep.summarize(prepared, summary_dir=_SUMMARY_DIR.value)
   else:
     try:
       report, paths = sweep.run(prepared, train, parallel=_PARALLEL.value,
                                 workers=_WORKERS.value, summary_dir=_SUMMARY_DIR.value,
-                                search_only=_SEARCH_ONLY.value)
+                                search_only=_SEARCH_ONLY.value, bank_dir=_BANK_DIR.value)
     except sweep.SweepInterrupted as e:
       print(f'sweep {spec.name}: {e}; the running runs were stopped. Rerun the same command '
             'to resume.', file=sys.stderr)

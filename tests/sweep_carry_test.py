@@ -5,6 +5,7 @@ carried run trains on to the same results as a run from scratch is checked
 end to end in sweep_test.py.
 """
 
+import dataclasses
 import json
 import os
 import shutil
@@ -156,6 +157,84 @@ class CopyRunsTest(absltest.TestCase):
     self.assertEqual(carry.copy_runs(result, new), [])
 
 
+class BankTest(absltest.TestCase):
+  """`carry.bank_finished` (`scripts.sweep --bank_dir`) and `--resume_from` of a bank."""
+
+  def setUp(self):
+    super().setUp()
+    root = self.create_tempdir().full_path
+    self.earlier = os.path.join(root, 'earlier')
+    self.bank = os.path.join(root, 'bank')
+    self.new = os.path.join(root, 'new')
+    self.spec, self.runs = _runs(_SPEC)
+    _make_earlier(self.earlier, _SPEC)
+    # fixed/seed_1 has not finished; fedavg/seed_0 holds a partial write a kill left.
+    os.remove(os.path.join(self.earlier, 'runs', 'fixed', 'seed_1', 'final_eval.json'))
+    with open(os.path.join(self.earlier, 'runs', 'fedavg', 'seed_0', 'metrics.csv_temp0042'),
+              'w') as f:
+      f.write('partial')
+
+  def _bank(self, runs=None):
+    return carry.bank_finished(self.earlier, self.bank, self.spec, 100,
+                               self.runs if runs is None else runs)
+
+  def test_banks_finished_runs_without_checkpoints_weights_or_partial_writes(self):
+    banked = self._bank()
+    self.assertNotIn('runs/fixed/seed_1', banked)
+    self.assertLen(banked, 5)  # 2 search runs, 3 of the 4 config runs
+    for run_id in banked:
+      self.assertEqual(sorted(os.listdir(os.path.join(self.bank, run_id))),
+                       ['final_eval.json', 'flags.json', 'metrics.csv'], run_id)
+      with open(os.path.join(self.bank, 'logs', run_id + '.log')) as f:
+        self.assertEqual(f.read(), '\n=== first start\n')
+    self.assertFalse(os.path.exists(os.path.join(self.bank, 'runs', 'fixed', 'seed_1')))
+    self.assertTrue(manifest.check(self.bank, self.spec))
+    self.assertEqual(manifest.read(self.bank)['default_total_rounds'], 100)
+    # The sweep directory keeps everything.
+    self.assertIn('checkpoints', os.listdir(os.path.join(self.earlier, 'runs', 'fedavg', 'seed_0')))
+
+    # Once fixed/seed_1 finishes, only it is banked; banked runs are not rewritten.
+    with open(os.path.join(self.earlier, 'runs', 'fixed', 'seed_1', 'final_eval.json'), 'w') as f:
+      f.write('{}')
+    with open(os.path.join(self.earlier, 'runs', 'fedavg', 'seed_0', 'metrics.csv'), 'w') as f:
+      f.write('changed')
+    self.assertEqual(self._bank(), ['runs/fixed/seed_1'])
+    with open(os.path.join(self.bank, 'runs', 'fedavg', 'seed_0', 'metrics.csv')) as f:
+      self.assertEqual(f.read(), 'runs/fedavg/seed_0')
+
+  def test_bad_bank_directories(self):
+    with self.assertRaisesRegex(manifest.SweepDirError, 'is --sweep_dir itself'):
+      carry.bank_finished(self.earlier, self.earlier + '/', self.spec, 100, self.runs)
+    other = spec_lib.from_dict(_with(_SPEC, base__client_learning_rate=0.3))
+    manifest.write(self.bank, other, 100)
+    with self.assertRaisesRegex(manifest.SweepDirError,
+                                f'--bank_dir={self.bank} belongs to sweep .earlier. with another '
+                                'spec'):
+      self._bank()
+    self.assertFalse(os.path.exists(os.path.join(self.bank, 'runs')))
+
+  def test_resume_from_a_bank_copies_finished_runs_and_cannot_train_them_on(self):
+    self._bank()
+    result = carry.plan_copies(self.bank, self.new, self.runs)
+    self.assertEqual(sorted(c.run.run_id for c in result.copies),
+                     sorted(r.run_id for r in self.runs if r.run_id != 'runs/fixed/seed_1'))
+    self.assertFalse(any(c.resume for c in result.copies))
+    self.assertEqual(result.not_copied, {'runs/fixed/seed_1': 'the earlier sweep has not started it'})
+    self.assertLen(carry.copy_runs(result, self.new), 5)
+    by_id = {r.run_id: r for r in self.runs}
+    self.assertTrue(plan.is_finished(self.new, by_id['runs/fedavg/seed_1']))
+    self.assertFalse(plan.is_finished(self.new, by_id['runs/fixed/seed_1']))
+
+    # More rounds: the banked runs have no checkpoint to train on from.
+    _, more = _runs(_with(_SPEC, base__total_rounds=10))
+    result = carry.plan_copies(self.bank, self.new, more)
+    self.assertEqual(sorted(c.run.run_id for c in result.copies),
+                     sorted(r.run_id for r in more if r.is_search))
+    self.assertEqual(result.not_copied['runs/fedavg/seed_0'],
+                     'the earlier run trained 4 rounds and has no checkpoints (a bank) to train '
+                     'on to 10')
+
+
 # A stand-in for scripts.train (no TensorFlow): writes the run's flags and a
 # final evaluation whose accuracy depends on --server_learning_rate only, and
 # appends to trained.txt, so a test sees which runs trained.
@@ -213,7 +292,7 @@ class ExtendedSearchGridTest(absltest.TestCase):
       return str(e)
 
   def _sweep(self, name, grid, resume_from=None, print_fn=lambda _: None, search_only=False,
-             data=None):
+             data=None, bank_dir=None):
     data = _with(data or _SPEC, name=name, lr_search__grid__server_learning_rate=grid)
     directory = os.path.join(self.root, name)
     prepared = sweep.prepare(spec_lib.from_dict(data), directory, self.train,
@@ -222,7 +301,7 @@ class ExtendedSearchGridTest(absltest.TestCase):
       os.remove(self.trained_file)
     report, _ = sweep.run(prepared, self.train, parallel=2, print_fn=print_fn,
                           summary_dir=os.path.join(self.root, name + '_summary'),
-                          interactive=False, search_only=search_only)
+                          interactive=False, search_only=search_only, bank_dir=bank_dir)
     # A run that failed says why here (its log), not as a missing run below.
     failed = {r.run_id: (report.reasons.get(r.run_id), self._log_tail(directory, r))
               for r in prepared.runs if report.states.get(r.run_id) in ('failed', 'skipped')}
@@ -321,6 +400,37 @@ class ExtendedSearchGridTest(absltest.TestCase):
     self.assertEqual(trained, ['runs/fedavg/seed_0', 'runs/fedavg/seed_1'])
     self.assertIn(f'this sweep started from --resume_from={os.path.abspath(earlier)}, which is '
                   'gone: runs not copied yet train from scratch', printed)
+
+  def test_a_banked_sweep_resumes_in_a_fresh_directory_without_training_again(self):
+    bank = os.path.join(self.root, 'bank')
+    printed = []
+    self._sweep('earlier', [0.5, 1.0], search_only=True, bank_dir=bank, print_fn=printed.append)
+    self.assertIn(f'--bank_dir={bank}: 0 finished run(s) banked now; the others are banked as '
+                  'they finish', printed)
+    self.assertLen(os.listdir(os.path.join(bank, 'lr_search', 'fedavg')), 2)  # as each finished
+    self.assertFalse(os.path.exists(os.path.join(bank, 'runs')))
+    _, _, trained = self._sweep('earlier', [0.5, 1.0], bank_dir=bank)
+    self.assertLen(trained, 4)  # the 2 configs x 2 seeds; the searches had finished
+    self.assertLen(os.listdir(os.path.join(bank, 'runs', 'fedavg')), 2)
+
+    # A fresh checkout: the sweep directory gone, the bank committed.
+    shutil.rmtree(os.path.join(self.root, 'earlier'))
+    prepared, report, trained = self._sweep('earlier', [0.5, 1.0], resume_from=bank)
+    self.assertEqual(trained, [])
+    self.assertEqual(set(report.states.values()), {'finished_before'})
+    with open(os.path.join(self.root, 'earlier_summary', 'runs.csv')) as f:
+      runs_csv = f.read()
+    self.assertIn('runs/fedavg/seed_1', runs_csv)
+    # The bank is itself a sweep directory of the spec: its summary is the same.
+    summary_dir = os.path.join(self.root, 'bank_summary')
+    sweep.summarize(dataclasses.replace(prepared, sweep_dir=bank), summary_dir=summary_dir)
+    with open(os.path.join(summary_dir, 'runs.csv')) as f:
+      self.assertEqual(f.read(), runs_csv)
+
+    # A bank of another spec stops the sweep before it writes anything.
+    with self.assertRaisesRegex(sweep.SweepDirError, '--bank_dir=.* belongs to sweep'):
+      self._sweep('other', [0.5], bank_dir=bank)
+    self.assertFalse(os.path.exists(os.path.join(self.root, 'other', manifest.MANIFEST_FILE)))
 
   def test_the_choice_and_an_edge_warning_are_printed_before_the_full_runs_train(self):
     printed = []  # (line, how many search runs / fedavg runs had trained then)

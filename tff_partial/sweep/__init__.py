@@ -7,6 +7,7 @@ split; `summary` and `plots`: results over seeds; `driver`: all of it.
 The binary is `scripts/sweep.py`; docs/sweeps.md describes its use.
 """
 
+from tff_partial.sweep.driver import bank
 from tff_partial.sweep.driver import CheckError
 from tff_partial.sweep.driver import prepare
 from tff_partial.sweep.driver import run

@@ -21,6 +21,13 @@ that the earlier sweep trained at fixed values of the flags the new search
 chooses (a learning rate pinned there, searched here). Runs that are not copied
 run from scratch. Nothing is ever overwritten: a run directory that exists
 already in the new sweep is left as it is.
+
+A bank (`bank_finished`, `scripts.sweep --bank_dir`) is a sweep directory
+that holds only the finished runs, without their checkpoints and model
+weights: small enough to commit, so that the runs of a sweep that takes more
+than one session survive a fresh checkout, which `--resume_from=<bank>` takes
+them back into. A banked run cannot train on to more rounds (no checkpoint):
+a sweep that asks for more trains it from scratch.
 """
 
 import dataclasses
@@ -119,6 +126,11 @@ def plan_copies(source_dir: str, sweep_dir: str, runs: Sequence[plan.Run]) -> Ca
       reason = 'a search run with other flags (searches are copied only when identical)'
     elif (diff := _differences(old, run)) and not set(diff) <= _searched_flags(searches, runs):
       reason = 'other flags: ' + ', '.join(f'--{k}' for k in diff)
+    elif (old.total_rounds < run.total_rounds
+          and not os.path.isdir(os.path.join(plan.run_dir(source_dir, old),
+                                             resumable.CHECKPOINTS_DIR))):
+      reason = (f'the earlier run trained {old.total_rounds} rounds and has no checkpoints (a '
+                f'bank) to train on to {run.total_rounds}')
     elif old.total_rounds > run.total_rounds:
       reason = (f'the earlier run asks for {old.total_rounds} rounds, more than '
                 f'{run.total_rounds}')
@@ -174,6 +186,49 @@ def _copy_run(item: Copy, source_dir: str, sweep_dir: str) -> bool:
     _copy_file(source_log, plan.log_path(sweep_dir, item.run))
   os.replace(partial, target)
   return True
+
+
+# Left out of a bank: what a finished run needs only to train on or to be
+# adapted (scripts.adapt), not to be summarized.
+_NOT_BANKED = (resumable.CHECKPOINTS_DIR, resumable.WEIGHTS_FILE)
+
+
+def _not_banked(directory: str, names: Sequence[str]) -> set:
+  """`shutil.copytree`'s ignore: `_NOT_BANKED` and partial writes a kill left."""
+  del directory  # the same rule at every level
+  return {n for n in names if n in _NOT_BANKED or resumable.is_partial_write(n)}
+
+
+def bank_finished(sweep_dir: str, bank_dir: str, spec: spec_lib.SweepSpec,
+                  default_total_rounds: int, runs: Sequence[plan.Run]) -> list:
+  """Copies the finished `runs` of `sweep_dir` into the bank `bank_dir`; their run ids.
+
+  Each copy holds the run's `flags.json`, `metrics.csv` and `final_eval.json`
+  (and its log), not its checkpoints, model weights or partial writes;
+  `bank_dir` gets this spec's manifest, so it is a sweep directory of the same
+  spec: `--resume_from` and `--summary_only --sweep_dir=<bank>` read it. Runs
+  banked before are left as they are (a finished run does not change); a copy
+  is written under a temporary name and renamed into place. Raises
+  `manifest.SweepDirError` if `bank_dir` holds another spec's sweep.
+  """
+  if os.path.realpath(bank_dir) == os.path.realpath(sweep_dir):
+    raise manifest.SweepDirError(f'--bank_dir={bank_dir} is --sweep_dir itself')
+  manifest.check(bank_dir, spec, flag='bank_dir')
+  manifest.write(bank_dir, spec, default_total_rounds)
+  banked = []
+  for run in runs:
+    target = plan.run_dir(bank_dir, run)
+    if not plan.is_finished(sweep_dir, run) or os.path.exists(target):
+      continue
+    partial = target + _COPYING_SUFFIX
+    shutil.rmtree(partial, ignore_errors=True)
+    shutil.copytree(plan.run_dir(sweep_dir, run), partial, ignore=_not_banked)
+    source_log = plan.log_path(sweep_dir, run)
+    if os.path.exists(source_log):
+      _copy_file(source_log, plan.log_path(bank_dir, run))
+    os.replace(partial, target)
+    banked.append(run.run_id)
+  return banked
 
 
 def copy_if_same_choice(carry: Optional[CarryPlan], sweep_dir: str, run: plan.Run,

@@ -176,14 +176,28 @@ class _Choices:
     return out
 
 
+def bank(prepared: Prepared, bank_dir: str, runs: Optional[Sequence[plan.Run]] = None) -> list:
+  """Copies the finished runs (default: all of the sweep's) into `bank_dir`; their ids.
+
+  `tff_partial.sweep.carry.bank_finished`: a directory without checkpoints or
+  weights, to commit; `--resume_from=<bank_dir>` takes the runs back.
+  """
+  return carry_lib.bank_finished(prepared.sweep_dir, bank_dir, prepared.spec,
+                                 prepared.default_total_rounds,
+                                 prepared.runs if runs is None else runs)
+
+
 def run(prepared: Prepared, train: TrainInterface, *, parallel: int = 1,
         workers: Sequence[str] = (), print_fn=print, summary_dir: Optional[str] = None,
-        interactive: Optional[bool] = None, search_only: bool = False) -> tuple:
+        interactive: Optional[bool] = None, search_only: bool = False,
+        bank_dir: Optional[str] = None) -> tuple:
   """Runs every unfinished run, then summarizes: (SweepReport, summary paths).
 
   search_only: run only the learning-rate searches (`scripts.sweep
   --search_only`), to see each choice and any grid-edge warning before paying
   for the full runs; the same sweep without it reuses the finished searches.
+  bank_dir: every finished run is banked there (`bank`): those finished
+  before at the start, the others as each finishes.
   """
   choices = _Choices(prepared)
   runs = search_runs(prepared) if search_only else prepared.runs
@@ -211,6 +225,13 @@ def run(prepared: Prepared, train: TrainInterface, *, parallel: int = 1,
     return list(train.command) + plan.train_argv(prepared.sweep_dir, r, tuned)
 
   with manifest.Lock(prepared.sweep_dir):
+    on_done = None
+    if bank_dir is not None:  # first: a bank of another spec stops before anything is written
+      print_fn(f'--bank_dir={bank_dir}: {len(bank(prepared, bank_dir))} finished run(s) '
+               'banked now; the others are banked as they finish')
+
+      def on_done(finished_run: plan.Run) -> None:
+        bank(prepared, bank_dir, [finished_run])
     manifest.write(prepared.sweep_dir, prepared.spec, prepared.default_total_rounds,
                    resume_from=prepared.carry.source_dir if prepared.carry else None)
     if prepared.carry_note is not None:
@@ -220,8 +241,11 @@ def run(prepared: Prepared, train: TrainInterface, *, parallel: int = 1,
       print_fn(f'{carry_lib.describe(prepared.carry)}; {len(copied)} copied now')
     sweep_runner = runner.Runner(
         prepared.sweep_dir, runs, command, parallel=parallel, workers=workers,
-        name=prepared.spec.name, print_fn=print_fn, interactive=interactive)
+        name=prepared.spec.name, print_fn=print_fn, interactive=interactive,
+        on_done=on_done)
     report = sweep_runner.run()
+    if bank_dir is not None:  # and the runs copied from an earlier sweep as they started
+      bank(prepared, bank_dir)
   for run_id, reason in report.reasons.items():
     print_fn(f'{report.states[run_id]}: {run_id}: {reason}')
   for config, choice in choices.available().items():  # again at the end, for the record

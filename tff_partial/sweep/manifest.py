@@ -22,13 +22,16 @@ class SweepDirError(ValueError):
   """The sweep directory belongs to another sweep or is in use."""
 
 
-def check(sweep_dir: str, spec: spec_lib.SweepSpec) -> bool:
-  """True if `sweep_dir` holds this spec's sweep, False if new; else SweepDirError."""
+def check(sweep_dir: str, spec: spec_lib.SweepSpec, flag: str = 'sweep_dir') -> bool:
+  """True if `sweep_dir` holds this spec's sweep, False if new; else SweepDirError.
+
+  flag: the flag the directory came from, named in the error (`bank_dir` for a bank).
+  """
   path = os.path.join(sweep_dir, MANIFEST_FILE)
   if not os.path.exists(path):
     if os.path.isdir(sweep_dir) and any(not e.startswith('.') for e in os.listdir(sweep_dir)):
       raise SweepDirError(
-          f'--sweep_dir={sweep_dir} is not empty and holds no {MANIFEST_FILE}: it is not a '
+          f'--{flag}={sweep_dir} is not empty and holds no {MANIFEST_FILE}: it is not a '
           'sweep directory; choose a new or empty directory')
     return False
   try:
@@ -36,11 +39,11 @@ def check(sweep_dir: str, spec: spec_lib.SweepSpec) -> bool:
       saved = json.load(f)
     saved_digest = saved['digest']
   except (OSError, ValueError, KeyError) as e:
-    raise SweepDirError(f'{path} is not a sweep manifest ({e}); choose another --sweep_dir') from e
+    raise SweepDirError(f'{path} is not a sweep manifest ({e}); choose another --{flag}') from e
   if saved_digest != spec.digest():
     raise SweepDirError(
-        f'--sweep_dir={sweep_dir} belongs to sweep {saved.get("name")!r} with another spec '
-        f'(digest {saved_digest}, this spec {spec.digest()}); choose another --sweep_dir, or '
+        f'--{flag}={sweep_dir} belongs to sweep {saved.get("name")!r} with another spec '
+        f'(digest {saved_digest}, this spec {spec.digest()}); choose another --{flag}, or '
         f'rerun with the spec saved in {path}')
   return True
 

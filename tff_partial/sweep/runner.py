@@ -118,6 +118,8 @@ class Runner:
   running_file: the file in `sweep_dir` listing the running runs' process
     groups; binaries that run in the same directory as a training sweep
     (scripts.adapt_sweep) give their own.
+  on_done: called with each run that finishes in this invocation, as it
+    finishes (`scripts.sweep --bank_dir` banks it).
   """
 
   def __init__(self, sweep_dir: str, runs: Sequence[plan.Run], command_fn: Callable,
@@ -127,7 +129,8 @@ class Runner:
                interactive: Optional[bool] = None,
                is_finished: Callable[[str, plan.Run], bool] = plan.is_finished,
                dependencies: Optional[Mapping[str, Sequence[str]]] = None,
-               running_file: str = _RUNNING_FILE):
+               running_file: str = _RUNNING_FILE,
+               on_done: Optional[Callable[[plan.Run], None]] = None):
     if parallel < 1:
       raise ValueError(f'--parallel={parallel} must be >= 1')
     if workers and len(workers) < parallel:
@@ -138,6 +141,7 @@ class Runner:
     self._jobs = [_Job(r, list(dependencies.get(r.run_id, ())) if dependencies is not None
                        else plan.dependencies(r, runs)) for r in runs]
     self._is_finished = is_finished
+    self._on_done = on_done
     self._by_id = {j.run.run_id: j for j in self._jobs}
     # A run trained part of the way by an earlier invocation (or copied by
     # --resume_from) counts its logged rounds as done before it restarts, so
@@ -193,6 +197,8 @@ class Runner:
     if returncode == 0 and self._is_finished(self._dir, job.run):
       job.state = 'done'
       job.latest_round = job.run.total_rounds
+      if self._on_done is not None:
+        self._on_done(job.run)
     else:
       job.state = 'failed'
       job.reason = (f'exit code {returncode}; see '

@@ -60,6 +60,11 @@ def read_flags(run_dir: str) -> Optional[dict]:
   return saved
 
 
+def is_partial_write(name: str) -> bool:
+  """Whether a file name is that of a partial write (TFF's or `atomic.atomic_write`'s)."""
+  return bool(_TEMP_SUFFIX.search(name) or atomic.TEMP_NAME.search(name))
+
+
 def remove_stale_temp_files(run_dir: str) -> list:
   """Removes the partial writes a killed run left in `run_dir`; their paths, sorted.
 
@@ -73,7 +78,7 @@ def remove_stale_temp_files(run_dir: str) -> list:
     if not os.path.isdir(directory):
       continue
     for name in os.listdir(directory):
-      if not (_TEMP_SUFFIX.search(name) or atomic.TEMP_NAME.search(name)):
+      if not is_partial_write(name):
         continue
       path = os.path.join(directory, name)
       if os.path.isdir(path) and not os.path.islink(path):
