@@ -69,7 +69,7 @@ _RESUME_FROM = flags.DEFINE_string(
     'records it: a rerun without it (after a stop) starts from the same directory.')
 _BANK_DIR = flags.DEFINE_string(
     'bank_dir', None, 'Copy every finished run (flags.json, metrics.csv, final_eval.json, its '
-    'log; not its checkpoints or weights) with the manifest into this directory, small enough '
+    'log; not its checkpoints, weights or TensorBoard events) with the manifest into this directory, small enough '
     'to commit: the runs finished before at the start (with --summary_only: and start '
     'nothing), the others as each finishes. In a fresh checkout, --resume_from=<bank_dir> '
     'takes them back and only the unfinished runs train (from scratch).')

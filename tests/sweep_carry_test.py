@@ -170,6 +170,7 @@ class BankTest(absltest.TestCase):
     _make_earlier(self.earlier, _SPEC)
     # fixed/seed_1 has not finished; fedavg/seed_0 holds a partial write a kill left.
     os.remove(os.path.join(self.earlier, 'runs', 'fixed', 'seed_1', 'final_eval.json'))
+    os.makedirs(os.path.join(self.earlier, 'runs', 'fedavg', 'seed_0', 'tensorboard'))
     with open(os.path.join(self.earlier, 'runs', 'fedavg', 'seed_0', 'metrics.csv_temp0042'),
               'w') as f:
       f.write('partial')

@@ -189,8 +189,9 @@ def _copy_run(item: Copy, source_dir: str, sweep_dir: str) -> bool:
 
 
 # Left out of a bank: what a finished run needs only to train on or to be
-# adapted (scripts.adapt), not to be summarized.
-_NOT_BANKED = (resumable.CHECKPOINTS_DIR, resumable.WEIGHTS_FILE)
+# adapted (scripts.adapt), not to be summarized, and the TensorBoard copy of
+# metrics.csv.
+_NOT_BANKED = (resumable.CHECKPOINTS_DIR, resumable.WEIGHTS_FILE, resumable.TENSORBOARD_DIR)
 
 
 def _not_banked(directory: str, names: Sequence[str]) -> set:
@@ -204,7 +205,8 @@ def bank_finished(sweep_dir: str, bank_dir: str, spec: spec_lib.SweepSpec,
   """Copies the finished `runs` of `sweep_dir` into the bank `bank_dir`; their run ids.
 
   Each copy holds the run's `flags.json`, `metrics.csv` and `final_eval.json`
-  (and its log), not its checkpoints, model weights or partial writes;
+  (and its log), not its checkpoints, model weights, TensorBoard events or
+  partial writes;
   `bank_dir` gets this spec's manifest, so it is a sweep directory of the same
   spec: `--resume_from` and `--summary_only --sweep_dir=<bank>` read it. Runs
   banked before are left as they are (a finished run does not change); a copy

@@ -386,7 +386,8 @@ def run_training(
     managers += [
         tff.program.CSVFileReleaseManager(
             file_path=os.path.join(output_dir, 'metrics.csv'), key_fieldname='round_num'),
-        tff.program.TensorBoardReleaseManager(os.path.join(output_dir, 'tensorboard')),
+        tff.program.TensorBoardReleaseManager(
+            os.path.join(output_dir, resumable.TENSORBOARD_DIR)),
     ]
     state_manager = tff.program.FileProgramStateManager(
         os.path.join(output_dir, resumable.CHECKPOINTS_DIR), keep_total=3, keep_first=True)

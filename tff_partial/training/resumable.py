@@ -31,6 +31,8 @@ WEIGHTS_FILE = 'model_weights.npz'
 # A run's flags, written when it starts and checked when it resumes (`loop`).
 FLAGS_FILE = 'flags.json'
 CHECKPOINTS_DIR = 'checkpoints'
+# The same metrics as metrics.csv, for TensorBoard (`loop`).
+TENSORBOARD_DIR = 'tensorboard'
 
 # TFF's file managers write `<path>_temp<4 digits>` and rename it over `<path>`
 # (`tff.program.CSVFileReleaseManager` for metrics.csv, a file;
