@@ -167,6 +167,8 @@ def main(argv):
     prepared = sweep.prepare(spec, sweep_dir, train, only=_ONLY.value,
                              resume_from=_RESUME_FROM.value)
     runs = sweep.search_runs(prepared) if _SEARCH_ONLY.value else prepared.runs
+    if _BANK_DIR.value is not None:
+      sweep.check_bank(prepared, _BANK_DIR.value)
   except (sweep.SpecError, sweep.SweepDirError, sweep.CheckError) as e:
     _fail(str(e))
   except KeyboardInterrupt:
@@ -177,10 +179,7 @@ def main(argv):
     return
   if _SUMMARY_ONLY.value:
     if _BANK_DIR.value is not None:
-      try:
-        banked = sweep.bank(prepared, _BANK_DIR.value)
-      except sweep.SweepDirError as e:
-        _fail(str(e))
+      banked = sweep.bank(prepared, _BANK_DIR.value)
       print(f'--bank_dir={_BANK_DIR.value}: {len(banked)} finished run(s) banked now')
     paths = sweep.summarize(prepared, summary_dir=_SUMMARY_DIR.value)
   else:

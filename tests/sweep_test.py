@@ -433,6 +433,15 @@ class SweepBadInputTest(absltest.TestCase):
         'does not apply to --algorithm=pvt'])
     self.assertFalse(os.path.exists(sweep_dir))
 
+    # A bank that is the sweep directory itself: refused before anything is written.
+    spec_path = _write_spec(self.root, {'name': 'bad_bank', 'base': _BASE})
+    result = subprocess.run(_sweep_command(spec_path, sweep_dir) + [f'--bank_dir={sweep_dir}/'],
+                            cwd=_REPO, env=_env(), capture_output=True, text=True, check=False)
+    self.assertEqual(result.returncode, 2)
+    own = [l for l in result.stderr.strip().splitlines() if not tf_log.match(l)]
+    self.assertEqual(own, [f'error: --bank_dir={sweep_dir}/ is --sweep_dir itself'])
+    self.assertFalse(os.path.exists(sweep_dir))
+
   def test_search_runs_are_the_searches_and_refused_without_one(self):
     prepared = self._prepare(os.path.join(self.root, 'g'), seeds=[0, 1],
                              lr_search={'grid': {'client_learning_rate': [0.05, 0.5]}})

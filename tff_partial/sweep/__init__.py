@@ -8,6 +8,7 @@ The binary is `scripts/sweep.py`; docs/sweeps.md describes its use.
 """
 
 from tff_partial.sweep.driver import bank
+from tff_partial.sweep.driver import check_bank
 from tff_partial.sweep.driver import CheckError
 from tff_partial.sweep.driver import prepare
 from tff_partial.sweep.driver import run

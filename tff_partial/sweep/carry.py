@@ -200,6 +200,13 @@ def _not_banked(directory: str, names: Sequence[str]) -> set:
   return {n for n in names if n in _NOT_BANKED or resumable.is_partial_write(n)}
 
 
+def check_bank(sweep_dir: str, bank_dir: str, spec: spec_lib.SweepSpec) -> None:
+  """`manifest.SweepDirError` unless `bank_dir` can bank `sweep_dir`'s runs of `spec`."""
+  if os.path.realpath(bank_dir) == os.path.realpath(sweep_dir):
+    raise manifest.SweepDirError(f'--bank_dir={bank_dir} is --sweep_dir itself')
+  manifest.check(bank_dir, spec, flag='bank_dir')
+
+
 def bank_finished(sweep_dir: str, bank_dir: str, spec: spec_lib.SweepSpec,
                   default_total_rounds: int, runs: Sequence[plan.Run]) -> list:
   """Copies the finished `runs` of `sweep_dir` into the bank `bank_dir`; their run ids.
@@ -213,9 +220,7 @@ def bank_finished(sweep_dir: str, bank_dir: str, spec: spec_lib.SweepSpec,
   is written under a temporary name and renamed into place. Raises
   `manifest.SweepDirError` if `bank_dir` holds another spec's sweep.
   """
-  if os.path.realpath(bank_dir) == os.path.realpath(sweep_dir):
-    raise manifest.SweepDirError(f'--bank_dir={bank_dir} is --sweep_dir itself')
-  manifest.check(bank_dir, spec, flag='bank_dir')
+  check_bank(sweep_dir, bank_dir, spec)
   manifest.write(bank_dir, spec, default_total_rounds)
   banked = []
   for run in runs:

@@ -187,6 +187,11 @@ def bank(prepared: Prepared, bank_dir: str, runs: Optional[Sequence[plan.Run]] =
                                  prepared.runs if runs is None else runs)
 
 
+def check_bank(prepared: Prepared, bank_dir: str) -> None:
+  """SweepDirError (one line) unless `bank_dir` can bank this sweep's runs; writes nothing."""
+  carry_lib.check_bank(prepared.sweep_dir, bank_dir, prepared.spec)
+
+
 def run(prepared: Prepared, train: TrainInterface, *, parallel: int = 1,
         workers: Sequence[str] = (), print_fn=print, summary_dir: Optional[str] = None,
         interactive: Optional[bool] = None, search_only: bool = False,
@@ -226,7 +231,7 @@ def run(prepared: Prepared, train: TrainInterface, *, parallel: int = 1,
 
   with manifest.Lock(prepared.sweep_dir):
     on_done = None
-    if bank_dir is not None:  # first: a bank of another spec stops before anything is written
+    if bank_dir is not None:  # first: a bank of another spec stops before the manifest
       print_fn(f'--bank_dir={bank_dir}: {len(bank(prepared, bank_dir))} finished run(s) '
                'banked now; the others are banked as they finish')
 
