@@ -73,6 +73,11 @@ _BANK_DIR = flags.DEFINE_string(
     'to commit: the runs finished before at the start (with --summary_only: and start '
     'nothing), the others as each finishes. In a fresh checkout, --resume_from=<bank_dir> '
     'takes them back and only the unfinished runs train (from scratch).')
+_BANK_CHECKPOINTS = flags.DEFINE_bool(
+    'bank_checkpoints', False, 'With --bank_dir: bank the unfinished runs too, each with its '
+    'latest checkpoint (a few MB a run), when the sweep ends or is stopped (with '
+    '--summary_only: now), so that a fresh checkout resumes them from there rather than from '
+    'scratch. Commit such a bank only while the sweep is unfinished.')
 _PARALLEL = flags.DEFINE_integer('parallel', 1, 'Runs at a time.')
 _WORKERS = flags.DEFINE_list(
     'workers', [], 'Running TFF workers (host:port), shared out among the --parallel runs '
@@ -148,6 +153,8 @@ def _print_plan(prepared, runs) -> None:
 def main(argv):
   if len(argv) > 1:
     _fail(f'unexpected arguments: {" ".join(argv[1:])}')
+  if _BANK_CHECKPOINTS.value and _BANK_DIR.value is None:
+    _fail('--bank_checkpoints needs --bank_dir (where to bank them)')
   if _PARALLEL.value < 1:
     _fail(f'--parallel={_PARALLEL.value} must be >= 1')
   if _WORKERS.value and len(_WORKERS.value) < _PARALLEL.value:
@@ -179,14 +186,15 @@ def main(argv):
     return
   if _SUMMARY_ONLY.value:
     if _BANK_DIR.value is not None:
-      banked = sweep.bank(prepared, _BANK_DIR.value)
-      print(f'--bank_dir={_BANK_DIR.value}: {len(banked)} finished run(s) banked now')
+      banked = sweep.bank(prepared, _BANK_DIR.value, checkpoints=_BANK_CHECKPOINTS.value)
+      print(f'--bank_dir={_BANK_DIR.value}: {len(banked)} run(s) banked now')
     paths = sweep.summarize(prepared, summary_dir=_SUMMARY_DIR.value)
   else:
     try:
       report, paths = sweep.run(prepared, train, parallel=_PARALLEL.value,
                                 workers=_WORKERS.value, summary_dir=_SUMMARY_DIR.value,
-                                search_only=_SEARCH_ONLY.value, bank_dir=_BANK_DIR.value)
+                                search_only=_SEARCH_ONLY.value, bank_dir=_BANK_DIR.value,
+                                bank_checkpoints=_BANK_CHECKPOINTS.value)
     except sweep.SweepInterrupted as e:
       print(f'sweep {spec.name}: {e}; the running runs were stopped. Rerun the same command '
             'to resume.', file=sys.stderr)

@@ -18,6 +18,7 @@ from tff_partial.sweep import carry
 from tff_partial.sweep import manifest
 from tff_partial.sweep import plan
 from tff_partial.sweep import spec as spec_lib
+from tff_partial.training import resumable
 
 _BASE = {'task': 'emnist_2nn', 'data_source': 'synthetic', 'total_rounds': 4,
          'client_learning_rate': 0.1}
@@ -158,7 +159,7 @@ class CopyRunsTest(absltest.TestCase):
 
 
 class BankTest(absltest.TestCase):
-  """`carry.bank_finished` (`scripts.sweep --bank_dir`) and `--resume_from` of a bank."""
+  """`carry.bank_runs` (`scripts.sweep --bank_dir`) and `--resume_from` of a bank."""
 
   def setUp(self):
     super().setUp()
@@ -168,16 +169,24 @@ class BankTest(absltest.TestCase):
     self.new = os.path.join(root, 'new')
     self.spec, self.runs = _runs(_SPEC)
     _make_earlier(self.earlier, _SPEC)
-    # fixed/seed_1 has not finished; fedavg/seed_0 holds a partial write a kill left.
-    os.remove(os.path.join(self.earlier, 'runs', 'fixed', 'seed_1', 'final_eval.json'))
+    # fixed/seed_1 has not finished (checkpoints of rounds 0 and 2, a partial
+    # one of round 3); fedavg/seed_0 holds a partial write a kill left.
+    unfinished = os.path.join(self.earlier, 'runs', 'fixed', 'seed_1')
+    os.remove(os.path.join(unfinished, 'final_eval.json'))
+    os.remove(os.path.join(unfinished, 'model_weights.npz'))
+    os.rmdir(os.path.join(unfinished, 'checkpoints', 'program_state_4'))
+    for name in ('program_state_0', 'program_state_2', 'program_state_3_temp0007'):
+      os.makedirs(os.path.join(unfinished, 'checkpoints', name))
+      with open(os.path.join(unfinished, 'checkpoints', name, 'state'), 'w') as f:
+        f.write(name)
     os.makedirs(os.path.join(self.earlier, 'runs', 'fedavg', 'seed_0', 'tensorboard'))
     with open(os.path.join(self.earlier, 'runs', 'fedavg', 'seed_0', 'metrics.csv_temp0042'),
               'w') as f:
       f.write('partial')
 
-  def _bank(self, runs=None):
-    return carry.bank_finished(self.earlier, self.bank, self.spec, 100,
-                               self.runs if runs is None else runs)
+  def _bank(self, runs=None, checkpoints=False):
+    return carry.bank_runs(self.earlier, self.bank, self.spec, 100,
+                           self.runs if runs is None else runs, checkpoints=checkpoints)
 
   def test_banks_finished_runs_without_checkpoints_weights_or_partial_writes(self):
     banked = self._bank()
@@ -203,9 +212,51 @@ class BankTest(absltest.TestCase):
     with open(os.path.join(self.bank, 'runs', 'fedavg', 'seed_0', 'metrics.csv')) as f:
       self.assertEqual(f.read(), 'runs/fedavg/seed_0')
 
+  def test_unfinished_runs_are_banked_with_their_latest_checkpoint_until_they_finish(self):
+    source = os.path.join(self.earlier, 'runs', 'fixed', 'seed_1')
+    target = os.path.join(self.bank, 'runs', 'fixed', 'seed_1')
+    self.assertLen(self._bank(checkpoints=True), 6)
+    self.assertEqual(sorted(os.listdir(target)), ['checkpoints', 'flags.json', 'metrics.csv'])
+    self.assertEqual(os.listdir(os.path.join(target, 'checkpoints')), ['program_state_2'])
+    with open(os.path.join(target, 'checkpoints', 'program_state_2', 'state')) as f:
+      self.assertEqual(f.read(), 'program_state_2')
+    self.assertEqual(self._bank(checkpoints=True), [])  # no later checkpoint
+    # A later checkpoint (10 > 9 > 2: by number, not by name) replaces the banked one.
+    for name in ('program_state_9', 'program_state_10'):
+      os.makedirs(os.path.join(source, 'checkpoints', name))
+    self.assertEqual(resumable.latest_checkpoint(source), 'program_state_10')
+    self.assertEqual(self._bank(checkpoints=True), ['runs/fixed/seed_1'])
+    self.assertEqual(os.listdir(os.path.join(target, 'checkpoints')), ['program_state_10'])
+    self.assertFalse(os.path.exists(target + '.replaced'))
+
+    # Resumed from the bank: the copy trains on from that checkpoint.
+    result = carry.plan_copies(self.bank, self.new, self.runs)
+    self.assertEqual(result.not_copied, {})
+    carry.copy_runs(result, self.new)
+    copied = os.path.join(self.new, 'runs', 'fixed', 'seed_1')
+    self.assertEqual(resumable.latest_checkpoint(copied), 'program_state_10')
+    self.assertFalse(plan.is_finished(self.new, {r.run_id: r for r in self.runs}[
+        'runs/fixed/seed_1']))
+
+    # Finished: banked once more, as a finished run without checkpoints.
+    with open(os.path.join(source, 'final_eval.json'), 'w') as f:
+      f.write('{}')
+    self.assertEqual(self._bank(), ['runs/fixed/seed_1'])
+    self.assertEqual(sorted(os.listdir(target)),
+                     ['final_eval.json', 'flags.json', 'metrics.csv'])
+    self.assertEqual(self._bank(checkpoints=True), [])
+
+  def test_a_replacement_killed_between_its_renames_is_restored(self):
+    self._bank(checkpoints=True)
+    target = os.path.join(self.bank, 'runs', 'fixed', 'seed_1')
+    os.rename(target, target + '.replaced')  # killed after the first rename
+    self.assertEqual(self._bank(checkpoints=True), [])  # restored, nothing newer
+    self.assertEqual(os.listdir(os.path.join(target, 'checkpoints')), ['program_state_2'])
+    self.assertFalse(os.path.exists(target + '.replaced'))
+
   def test_bad_bank_directories(self):
     with self.assertRaisesRegex(manifest.SweepDirError, 'is --sweep_dir itself'):
-      carry.bank_finished(self.earlier, self.earlier + '/', self.spec, 100, self.runs)
+      carry.bank_runs(self.earlier, self.earlier + '/', self.spec, 100, self.runs)
     other = spec_lib.from_dict(_with(_SPEC, base__client_learning_rate=0.3))
     manifest.write(self.bank, other, 100)
     with self.assertRaisesRegex(manifest.SweepDirError,

@@ -27,6 +27,7 @@ from tests import testing_utils
 from tff_partial import sweep
 from tff_partial.sweep import manifest
 from tff_partial.sweep import plan
+from tff_partial.training import resumable
 
 _REPO = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
 _BASE = {'task': 'emnist_2nn', 'data_source': 'synthetic', 'total_rounds': 2,
@@ -143,7 +144,8 @@ def _processes_in_group(pgid):
 
 
 class SweepGridTest(absltest.TestCase):
-  """The 2 x 2 grid x 2 seeds sweep: uninterrupted (A), and killed then rerun (B)."""
+  """The 2 x 2 grid x 2 seeds sweep: uninterrupted (A), killed then rerun (B), and
+  from B's bank in a new directory (C)."""
 
   @classmethod
   def setUpClass(cls):
@@ -156,8 +158,11 @@ class SweepGridTest(absltest.TestCase):
 
     # B: killed (SIGTERM to its process group, as a terminal's Ctrl-C reaches
     # a whole group) once a run finished and another one has a checkpoint.
+    # It banks its runs (--bank_dir, --bank_checkpoints) for C below.
+    cls.bank = os.path.join(cls.root, 'bank')
     process = subprocess.Popen(
-        _sweep_command(cls.spec_path, cls.killed), cwd=_REPO, env=_env(),
+        _sweep_command(cls.spec_path, cls.killed, f'--bank_dir={cls.bank}',
+                       '--bank_checkpoints'), cwd=_REPO, env=_env(),
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.time() + 600
     running = {}
@@ -188,6 +193,9 @@ class SweepGridTest(absltest.TestCase):
     cls.mtimes_at_kill = {r: os.stat(os.path.join(cls.killed, r, plan.FINISHED_FILE)).st_mtime_ns
                           for r in cls.finished_at_kill}
     cls.rerun_output = _run_sweep(cls.spec_path, cls.killed)
+    # C: a fresh checkout, which has only the bank of B as it was killed.
+    cls.fresh = os.path.join(cls.root, 'fresh')
+    cls.fresh_output = _run_sweep(cls.spec_path, cls.fresh, f'--resume_from={cls.bank}')
 
   @classmethod
   def tearDownClass(cls):
@@ -268,6 +276,36 @@ class SweepGridTest(absltest.TestCase):
         np.testing.assert_allclose(x, y, rtol=_RTOL, atol=_RTOL)
     _assert_rows_close(self, _csv_rows(os.path.join(self.full, 'summary', 'summary.csv')),
                        _csv_rows(os.path.join(self.killed, 'summary', 'summary.csv')), 'summary')
+
+
+  def test_a_fresh_checkout_resumes_from_the_bank_to_the_uninterrupted_results(self):
+    # The bank, as B was killed: finished runs without checkpoints or weights,
+    # the unfinished ones with their latest checkpoint only.
+    for run in self.finished_at_kill:
+      self.assertEqual(sorted(os.listdir(os.path.join(self.bank, run))),
+                       ['final_eval.json', 'flags.json', 'metrics.csv'], run)
+    for run in self.unfinished_with_checkpoint:
+      checkpoints = os.listdir(os.path.join(self.bank, run, 'checkpoints'))
+      self.assertLen(checkpoints, 1, run)
+      self.assertEqual(checkpoints[0], resumable.latest_checkpoint(os.path.join(self.bank, run)))
+    self.assertIn(f'{len(self.finished_at_kill)} of 8 runs already finished', self.fresh_output)
+    for run in self.finished_at_kill:  # copied, not trained again
+      with open(os.path.join(self.fresh, plan.LOGS_DIR, run + '.log')) as f:
+        self.assertEqual(f.read().count('\n=== '), 1, run)
+    for run in self.unfinished_with_checkpoint:
+      with open(os.path.join(self.fresh, plan.LOGS_DIR, run + '.log')) as f:
+        self.assertRegex(f.read().split('\n=== ')[2], r'Resuming from checkpoint round|'
+                         r'Round \d+ is checkpointed in .*writing the final outputs', run)
+    runs = _final_runs(self.full)
+    self.assertEqual(runs, _final_runs(self.fresh))
+    for run in runs:
+      full, fresh = os.path.join(self.full, run), os.path.join(self.fresh, run)
+      _assert_rows_close(self, _metrics(full), _metrics(fresh), run)
+      with open(os.path.join(full, plan.FINISHED_FILE)) as a, open(
+          os.path.join(fresh, plan.FINISHED_FILE)) as b:
+        _assert_rows_close(self, [json.load(a)], [json.load(b)], run)
+    _assert_rows_close(self, _csv_rows(os.path.join(self.full, 'summary', 'summary.csv')),
+                       _csv_rows(os.path.join(self.fresh, 'summary', 'summary.csv')), 'summary')
 
 
 class SweepLrSearchTest(absltest.TestCase):

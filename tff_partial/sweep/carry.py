@@ -22,12 +22,13 @@ chooses (a learning rate pinned there, searched here). Runs that are not copied
 run from scratch. Nothing is ever overwritten: a run directory that exists
 already in the new sweep is left as it is.
 
-A bank (`bank_finished`, `scripts.sweep --bank_dir`) is a sweep directory
-that holds only the finished runs, without their checkpoints and model
-weights: small enough to commit, so that the runs of a sweep that takes more
-than one session survive a fresh checkout, which `--resume_from=<bank>` takes
-them back into. A banked run cannot train on to more rounds (no checkpoint):
-a sweep that asks for more trains it from scratch.
+A bank (`bank_runs`, `scripts.sweep --bank_dir`) is a sweep directory that
+holds the finished runs without their checkpoints and model weights, and
+optionally the unfinished runs with their latest checkpoint: small enough to
+commit, so that the runs of a sweep that takes more than one session survive
+a fresh checkout, which `--resume_from=<bank>` takes them back into. A banked
+finished run cannot train on to more rounds (no checkpoint): a sweep that
+asks for more trains it from scratch.
 """
 
 import dataclasses
@@ -207,35 +208,75 @@ def check_bank(sweep_dir: str, bank_dir: str, spec: spec_lib.SweepSpec) -> None:
   manifest.check(bank_dir, spec, flag='bank_dir')
 
 
-def bank_finished(sweep_dir: str, bank_dir: str, spec: spec_lib.SweepSpec,
-                  default_total_rounds: int, runs: Sequence[plan.Run]) -> list:
-  """Copies the finished `runs` of `sweep_dir` into the bank `bank_dir`; their run ids.
+def _checkpoint_number(name: Optional[str]) -> int:
+  return -1 if name is None else int(name.rsplit('_', 1)[1])
 
-  Each copy holds the run's `flags.json`, `metrics.csv` and `final_eval.json`
-  (and its log), not its checkpoints, model weights, TensorBoard events or
-  partial writes;
-  `bank_dir` gets this spec's manifest, so it is a sweep directory of the same
-  spec: `--resume_from` and `--summary_only --sweep_dir=<bank>` read it. Runs
-  banked before are left as they are (a finished run does not change); a copy
-  is written under a temporary name and renamed into place. Raises
+
+def bank_runs(sweep_dir: str, bank_dir: str, spec: spec_lib.SweepSpec,
+              default_total_rounds: int, runs: Sequence[plan.Run],
+              checkpoints: bool = False) -> list:
+  """Copies `runs` of `sweep_dir` into the bank `bank_dir`; the run ids copied.
+
+  A finished run is banked once: its `flags.json`, `metrics.csv` and
+  `final_eval.json` (and its log), not its checkpoints, model weights,
+  TensorBoard events or partial writes. With `checkpoints`, an unfinished run
+  is banked too, with its latest checkpoint only (a few MB), and banked again
+  when it has a later one or has finished (which replaces it). `bank_dir` gets
+  this spec's manifest, so it is a sweep directory of the same spec:
+  `--resume_from` and `--summary_only --sweep_dir=<bank>` read it. A copy is
+  written under a temporary name and then moved into place. Raises
   `manifest.SweepDirError` if `bank_dir` holds another spec's sweep.
   """
   check_bank(sweep_dir, bank_dir, spec)
   manifest.write(bank_dir, spec, default_total_rounds)
   banked = []
   for run in runs:
-    target = plan.run_dir(bank_dir, run)
-    if not plan.is_finished(sweep_dir, run) or os.path.exists(target):
+    source, target = plan.run_dir(sweep_dir, run), plan.run_dir(bank_dir, run)
+    _restore_replaced(target)
+    if plan.is_finished(bank_dir, run):
       continue
+    checkpoint = None
+    if not plan.is_finished(sweep_dir, run):
+      checkpoint = resumable.latest_checkpoint(source) if checkpoints else None
+      if checkpoint is None or (_checkpoint_number(checkpoint) <= _checkpoint_number(
+          resumable.latest_checkpoint(target))):
+        continue
     partial = target + _COPYING_SUFFIX
     shutil.rmtree(partial, ignore_errors=True)
-    shutil.copytree(plan.run_dir(sweep_dir, run), partial, ignore=_not_banked)
+    shutil.copytree(source, partial, ignore=_not_banked)
+    if checkpoint is not None:
+      shutil.copytree(os.path.join(source, resumable.CHECKPOINTS_DIR, checkpoint),
+                      os.path.join(partial, resumable.CHECKPOINTS_DIR, checkpoint))
     source_log = plan.log_path(sweep_dir, run)
     if os.path.exists(source_log):
       _copy_file(source_log, plan.log_path(bank_dir, run))
-    os.replace(partial, target)
+    _replace_dir(partial, target)
     banked.append(run.run_id)
   return banked
+
+
+_REPLACED_SUFFIX = '.replaced'
+
+
+def _replace_dir(new: str, target: str) -> None:
+  """Moves directory `new` to `target`, replacing any directory there.
+
+  A kill between the two renames leaves `target` missing and its old copy
+  under `_REPLACED_SUFFIX`, which `_restore_replaced` moves back.
+  """
+  if os.path.exists(target):
+    os.rename(target, target + _REPLACED_SUFFIX)
+  os.replace(new, target)
+  shutil.rmtree(target + _REPLACED_SUFFIX, ignore_errors=True)
+
+
+def _restore_replaced(target: str) -> None:
+  old = target + _REPLACED_SUFFIX
+  if os.path.exists(old):
+    if os.path.exists(target):
+      shutil.rmtree(old)
+    else:
+      os.rename(old, target)
 
 
 def copy_if_same_choice(carry: Optional[CarryPlan], sweep_dir: str, run: plan.Run,

@@ -176,15 +176,17 @@ class _Choices:
     return out
 
 
-def bank(prepared: Prepared, bank_dir: str, runs: Optional[Sequence[plan.Run]] = None) -> list:
-  """Copies the finished runs (default: all of the sweep's) into `bank_dir`; their ids.
+def bank(prepared: Prepared, bank_dir: str, runs: Optional[Sequence[plan.Run]] = None,
+         checkpoints: bool = False) -> list:
+  """Banks the runs (default: all of the sweep's) in `bank_dir`; the run ids copied.
 
-  `tff_partial.sweep.carry.bank_finished`: a directory without checkpoints or
-  weights, to commit; `--resume_from=<bank_dir>` takes the runs back.
+  `tff_partial.sweep.carry.bank_runs`: the finished runs without checkpoints
+  or weights and, with `checkpoints`, the unfinished ones with their latest
+  checkpoint; a directory to commit, which `--resume_from=<bank_dir>` takes back.
   """
-  return carry_lib.bank_finished(prepared.sweep_dir, bank_dir, prepared.spec,
-                                 prepared.default_total_rounds,
-                                 prepared.runs if runs is None else runs)
+  return carry_lib.bank_runs(prepared.sweep_dir, bank_dir, prepared.spec,
+                             prepared.default_total_rounds,
+                             prepared.runs if runs is None else runs, checkpoints=checkpoints)
 
 
 def check_bank(prepared: Prepared, bank_dir: str) -> None:
@@ -195,14 +197,16 @@ def check_bank(prepared: Prepared, bank_dir: str) -> None:
 def run(prepared: Prepared, train: TrainInterface, *, parallel: int = 1,
         workers: Sequence[str] = (), print_fn=print, summary_dir: Optional[str] = None,
         interactive: Optional[bool] = None, search_only: bool = False,
-        bank_dir: Optional[str] = None) -> tuple:
+        bank_dir: Optional[str] = None, bank_checkpoints: bool = False) -> tuple:
   """Runs every unfinished run, then summarizes: (SweepReport, summary paths).
 
   search_only: run only the learning-rate searches (`scripts.sweep
   --search_only`), to see each choice and any grid-edge warning before paying
   for the full runs; the same sweep without it reuses the finished searches.
   bank_dir: every finished run is banked there (`bank`): those finished
-  before at the start, the others as each finishes.
+  before at the start, the others as each finishes. bank_checkpoints: the
+  unfinished runs too, with their latest checkpoint, once the runs stop (the
+  sweep ends or is stopped by a signal).
   """
   choices = _Choices(prepared)
   runs = search_runs(prepared) if search_only else prepared.runs
@@ -248,9 +252,14 @@ def run(prepared: Prepared, train: TrainInterface, *, parallel: int = 1,
         prepared.sweep_dir, runs, command, parallel=parallel, workers=workers,
         name=prepared.spec.name, print_fn=print_fn, interactive=interactive,
         on_done=on_done)
-    report = sweep_runner.run()
-    if bank_dir is not None:  # and the runs copied from an earlier sweep as they started
-      bank(prepared, bank_dir)
+    try:
+      report = sweep_runner.run()
+    finally:  # also on a signal, once the runs have stopped
+      if bank_dir is not None:  # and the runs copied from an earlier sweep as they started
+        banked = bank(prepared, bank_dir, checkpoints=bank_checkpoints)
+        print_fn(f'--bank_dir={bank_dir}: {len(banked)} run(s) banked at the end'
+                 + (' (unfinished ones with their latest checkpoint)' if bank_checkpoints
+                    else ''))
   for run_id, reason in report.reasons.items():
     print_fn(f'{report.states[run_id]}: {run_id}: {reason}')
   for config, choice in choices.available().items():  # again at the end, for the record

@@ -67,6 +67,25 @@ def is_partial_write(name: str) -> bool:
   return bool(_TEMP_SUFFIX.search(name) or atomic.TEMP_NAME.search(name))
 
 
+# `tff.program.FileProgramStateManager`'s checkpoint names (its default prefix).
+_CHECKPOINT_NAME = re.compile(r'^program_state_([0-9]+)$')
+
+
+def latest_checkpoint(run_dir: str) -> Optional[str]:
+  """The name of the run's latest complete checkpoint in `CHECKPOINTS_DIR`; None if none.
+
+  Read from the names alone, without TensorFlow, for the sweep binary (TFF
+  renames a checkpoint into place once written, so a name that matches is
+  complete; `FileProgramStateManager.get_versions` needs an event loop).
+  """
+  directory = os.path.join(run_dir, CHECKPOINTS_DIR)
+  if not os.path.isdir(directory):
+    return None
+  versions = {int(m.group(1)): name for name in os.listdir(directory)
+              if (m := _CHECKPOINT_NAME.match(name))}
+  return versions[max(versions)] if versions else None
+
+
 def remove_stale_temp_files(run_dir: str) -> list:
   """Removes the partial writes a killed run left in `run_dir`; their paths, sorted.
 
