@@ -248,35 +248,43 @@ class SweepGridTest(absltest.TestCase):
     self.assertNotEmpty(self.killed_groups)
     for pgid in self.killed_groups:
       self.assertEqual(_processes_in_group(pgid), [], pgid)
-    self.assertIn(f'{len(self.finished_at_kill)} of 8 runs already finished', self.rerun_output)
     for run in self.finished_at_kill:  # not run again
       self.assertEqual(
           os.stat(os.path.join(self.killed, run, plan.FINISHED_FILE)).st_mtime_ns,
           self.mtimes_at_kill[run])
-      with open(os.path.join(self.killed, plan.LOGS_DIR, run + '.log')) as f:
+    self._assert_resumed_to_the_uninterrupted_results(self.killed, self.rerun_output)
+
+  def _assert_resumed_to_the_uninterrupted_results(self, sweep_dir, output, no_weights=()):
+    """The runs finished at the kill skipped, the others resumed; A's results.
+
+    no_weights: runs without model weights (a bank holds none).
+    """
+    self.assertIn(f'{len(self.finished_at_kill)} of 8 runs already finished', output)
+    for run in self.finished_at_kill:  # not run again
+      with open(os.path.join(sweep_dir, plan.LOGS_DIR, run + '.log')) as f:
         self.assertEqual(f.read().count('\n=== '), 1, run)
     for run in self.unfinished_with_checkpoint:  # resumed from its checkpoint
-      with open(os.path.join(self.killed, plan.LOGS_DIR, run + '.log')) as f:
+      with open(os.path.join(sweep_dir, plan.LOGS_DIR, run + '.log')) as f:
         second_start = f.read().split('\n=== ')[2]
       # Killed before its last checkpoint: it resumes training from it; killed
       # after it (before final_eval.json): it writes the final outputs from it.
       self.assertRegex(second_start, r'Resuming from checkpoint round|'
                        r'Round \d+ is checkpointed in .*writing the final outputs', run)
     runs = _final_runs(self.full)
-    self.assertEqual(runs, _final_runs(self.killed))
+    self.assertEqual(runs, _final_runs(sweep_dir))
     self.assertLen(runs, 8)
     for run in runs:
-      full, killed = os.path.join(self.full, run), os.path.join(self.killed, run)
-      _assert_rows_close(self, _metrics(full), _metrics(killed), run)
+      full, other = os.path.join(self.full, run), os.path.join(sweep_dir, run)
+      _assert_rows_close(self, _metrics(full), _metrics(other), run)
       with open(os.path.join(full, plan.FINISHED_FILE)) as a, open(
-          os.path.join(killed, plan.FINISHED_FILE)) as b:
+          os.path.join(other, plan.FINISHED_FILE)) as b:
         _assert_rows_close(self, [json.load(a)], [json.load(b)], run)
-      for x, y in zip(testing_utils.load_npz_weights(os.path.join(full, 'model_weights.npz')),
-                      testing_utils.load_npz_weights(os.path.join(killed, 'model_weights.npz'))):
-        np.testing.assert_allclose(x, y, rtol=_RTOL, atol=_RTOL)
+      if run not in no_weights:
+        for x, y in zip(testing_utils.load_npz_weights(os.path.join(full, 'model_weights.npz')),
+                        testing_utils.load_npz_weights(os.path.join(other, 'model_weights.npz'))):
+          np.testing.assert_allclose(x, y, rtol=_RTOL, atol=_RTOL)
     _assert_rows_close(self, _csv_rows(os.path.join(self.full, 'summary', 'summary.csv')),
-                       _csv_rows(os.path.join(self.killed, 'summary', 'summary.csv')), 'summary')
-
+                       _csv_rows(os.path.join(sweep_dir, 'summary', 'summary.csv')), 'summary')
 
   def test_a_fresh_checkout_resumes_from_the_bank_to_the_uninterrupted_results(self):
     # The bank, as B was killed: finished runs without checkpoints or weights,
@@ -288,24 +296,8 @@ class SweepGridTest(absltest.TestCase):
       checkpoints = os.listdir(os.path.join(self.bank, run, 'checkpoints'))
       self.assertLen(checkpoints, 1, run)
       self.assertEqual(checkpoints[0], resumable.latest_checkpoint(os.path.join(self.bank, run)))
-    self.assertIn(f'{len(self.finished_at_kill)} of 8 runs already finished', self.fresh_output)
-    for run in self.finished_at_kill:  # copied, not trained again
-      with open(os.path.join(self.fresh, plan.LOGS_DIR, run + '.log')) as f:
-        self.assertEqual(f.read().count('\n=== '), 1, run)
-    for run in self.unfinished_with_checkpoint:
-      with open(os.path.join(self.fresh, plan.LOGS_DIR, run + '.log')) as f:
-        self.assertRegex(f.read().split('\n=== ')[2], r'Resuming from checkpoint round|'
-                         r'Round \d+ is checkpointed in .*writing the final outputs', run)
-    runs = _final_runs(self.full)
-    self.assertEqual(runs, _final_runs(self.fresh))
-    for run in runs:
-      full, fresh = os.path.join(self.full, run), os.path.join(self.fresh, run)
-      _assert_rows_close(self, _metrics(full), _metrics(fresh), run)
-      with open(os.path.join(full, plan.FINISHED_FILE)) as a, open(
-          os.path.join(fresh, plan.FINISHED_FILE)) as b:
-        _assert_rows_close(self, [json.load(a)], [json.load(b)], run)
-    _assert_rows_close(self, _csv_rows(os.path.join(self.full, 'summary', 'summary.csv')),
-                       _csv_rows(os.path.join(self.fresh, 'summary', 'summary.csv')), 'summary')
+    self._assert_resumed_to_the_uninterrupted_results(self.fresh, self.fresh_output,
+                                                      no_weights=self.finished_at_kill)
 
 
 class SweepLrSearchTest(absltest.TestCase):
