@@ -24,9 +24,10 @@ full runs are paid for; the same command without it goes on from there.
 
 A sweep longer than one session on a machine whose outputs/ does not survive:
 --bank_dir=experiments/banked/<name> copies each finished run there (no
-checkpoints or weights; commit it), and in a fresh checkout
---resume_from=experiments/banked/<name> takes them back, so only the
-unfinished runs train again.
+checkpoints or weights; commit it), --bank_checkpoints also each unfinished
+run's latest checkpoint when the sweep ends or is stopped, and in a fresh
+checkout --resume_from=experiments/banked/<name> takes them back: finished
+runs are not trained again, banked unfinished ones resume from their checkpoint.
 
 The spec format, the learning-rate search and the summary's definitions:
 docs/sweeps.md and `tff_partial.sweep`.
@@ -69,10 +70,11 @@ _RESUME_FROM = flags.DEFINE_string(
     'records it: a rerun without it (after a stop) starts from the same directory.')
 _BANK_DIR = flags.DEFINE_string(
     'bank_dir', None, 'Copy every finished run (flags.json, metrics.csv, final_eval.json, its '
-    'log; not its checkpoints, weights or TensorBoard events) with the manifest into this directory, small enough '
-    'to commit: the runs finished before at the start (with --summary_only: and start '
-    'nothing), the others as each finishes. In a fresh checkout, --resume_from=<bank_dir> '
-    'takes them back and only the unfinished runs train (from scratch).')
+    'log; not its checkpoints, weights or TensorBoard events) with the manifest into this '
+    'directory, small enough to commit: the runs finished before at the start (with '
+    '--summary_only: and start nothing), the others as each finishes. In a fresh checkout, '
+    '--resume_from=<bank_dir> takes them back and only the unfinished runs train (from '
+    'scratch, or from a checkpoint banked by --bank_checkpoints).')
 _BANK_CHECKPOINTS = flags.DEFINE_bool(
     'bank_checkpoints', False, 'With --bank_dir: bank the unfinished runs too, each with its '
     'latest checkpoint (a few MB a run), when the sweep ends or is stopped (with '

@@ -271,7 +271,8 @@ class BankTest(absltest.TestCase):
     self.assertEqual(sorted(c.run.run_id for c in result.copies),
                      sorted(r.run_id for r in self.runs if r.run_id != 'runs/fixed/seed_1'))
     self.assertFalse(any(c.resume for c in result.copies))
-    self.assertEqual(result.not_copied, {'runs/fixed/seed_1': 'the earlier sweep has not started it'})
+    self.assertEqual(result.not_copied,
+                     {'runs/fixed/seed_1': 'the earlier sweep has not started it'})
     self.assertLen(carry.copy_runs(result, self.new), 5)
     by_id = {r.run_id: r for r in self.runs}
     self.assertTrue(plan.is_finished(self.new, by_id['runs/fedavg/seed_1']))
