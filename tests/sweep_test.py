@@ -454,11 +454,7 @@ class SweepBadInputTest(absltest.TestCase):
     result = subprocess.run(_sweep_command(spec_path, sweep_dir), cwd=_REPO, env=_env(),
                             capture_output=True, text=True, check=False)
     self.assertEqual(result.returncode, 2)
-    # TensorFlow's C++ runtime may log at import (e.g. 'Unable to register
-    # cuDNN factory' where CUDA libraries are installed); those lines are TF's.
-    tf_log = re.compile(r'^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: [IWEF] ')
-    own = [l for l in result.stderr.strip().splitlines() if not tf_log.match(l)]
-    self.assertEqual(own, [
+    self.assertEqual(testing_utils.own_stderr_lines(result.stderr), [
         'error: config frozen_layers=dense1: --frozen_layers belongs to --algorithm=fedpt and '
         'does not apply to --algorithm=pvt'])
     self.assertFalse(os.path.exists(sweep_dir))
@@ -468,8 +464,8 @@ class SweepBadInputTest(absltest.TestCase):
     result = subprocess.run(_sweep_command(spec_path, sweep_dir) + [f'--bank_dir={sweep_dir}/'],
                             cwd=_REPO, env=_env(), capture_output=True, text=True, check=False)
     self.assertEqual(result.returncode, 2)
-    own = [l for l in result.stderr.strip().splitlines() if not tf_log.match(l)]
-    self.assertEqual(own, [f'error: --bank_dir={sweep_dir}/ is --sweep_dir itself'])
+    self.assertEqual(testing_utils.own_stderr_lines(result.stderr),
+                     [f'error: --bank_dir={sweep_dir}/ is --sweep_dir itself'])
     self.assertFalse(os.path.exists(sweep_dir))
 
   def test_search_runs_are_the_searches_and_refused_without_one(self):

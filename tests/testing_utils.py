@@ -3,11 +3,21 @@
 import contextlib
 import io
 import os
+import re
 import sys
 
 import tensorflow_federated as tff
 
 _REPO = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
+
+# TensorFlow's C++ runtime may log at import (e.g. 'Unable to register cuDNN
+# factory' where CUDA libraries are installed); those lines are TF's.
+_TF_LOG_LINE = re.compile(r'^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: [IWEF] ')
+
+
+def own_stderr_lines(stderr: str) -> list:
+  """A binary's stderr lines without TensorFlow's C++ log lines."""
+  return [line for line in stderr.strip().splitlines() if not _TF_LOG_LINE.match(line)]
 
 
 def shared_data_dir() -> str:

@@ -1,0 +1,81 @@
+r"""Compares arms and their gaps to a reference across published sweep summaries.
+
+  python -m scripts.sweep_compare \
+      --sweeps=10_roles=docs/results/pvt_shakespeare_char_tuned,20_roles=docs/results/pvt_shakespeare_char_tuned_2x_clients \
+      --reference=fedavg --configs=pvt_pcpr90 --window=151,200
+
+Each item of --sweeps is label=<summary dir> (what `scripts.sweep
+--summary_dir` wrote: runs.csv and curves/); the first is the base. It prints
+a Markdown table: each arm's final test accuracy (mean ± sample std over
+seeds, in points) per sweep, the same averaged over the rounds of --window,
+each config's gap to --reference with its standard error, and the change of
+every arm and gap from the base to each other sweep. Definitions:
+`tff_partial.sweep.compare`.
+"""
+
+import sys
+
+from absl import app
+from absl import flags
+
+from tff_partial.sweep import compare
+from tff_partial.training import atomic
+
+_SWEEPS = flags.DEFINE_list(
+    'sweeps', None, 'label=summary_dir,...: the summaries to compare, the base first.')
+_REFERENCE = flags.DEFINE_string('reference', 'fedavg', 'The config the gaps are taken to.')
+_CONFIGS = flags.DEFINE_list('configs', None, 'The configs compared with --reference.')
+_WINDOW = flags.DEFINE_list(
+    'window', [], 'first,last: also average each run\'s evaluations over these rounds '
+    '(both included), e.g. 151,200.')
+_OUTPUT = flags.DEFINE_string('output', None, 'Also write the table to this Markdown file.')
+
+
+def _fail(message: str) -> None:
+  print(f'error: {message}', file=sys.stderr)
+  sys.exit(2)
+
+
+def _sweeps() -> list:
+  sweeps = []
+  for item in _SWEEPS.value or []:
+    label, sep, directory = item.partition('=')
+    if not sep or not label or not directory:
+      _fail(f'--sweeps item {item!r} must be label=summary_dir')
+    sweeps.append((label, directory))
+  if len(sweeps) < 1 or len({label for label, _ in sweeps}) < len(sweeps):
+    _fail('--sweeps needs one or more label=summary_dir items with distinct labels')
+  return sweeps
+
+
+def _window():
+  if not _WINDOW.value:
+    return None
+  try:
+    first, last = (int(v) for v in _WINDOW.value)
+  except ValueError:
+    _fail(f'--window={",".join(_WINDOW.value)} must be two rounds, first,last')
+  if not 0 <= first <= last:
+    _fail(f'--window={first},{last} must have 0 <= first <= last')
+  return first, last
+
+
+def main(argv):
+  if len(argv) > 1:
+    _fail(f'unexpected arguments: {" ".join(argv[1:])}')
+  sweeps, window = _sweeps(), _window()
+  if not _CONFIGS.value:
+    _fail('--configs is required: the configs to compare with --reference')
+  try:
+    lines = compare.table(sweeps, _REFERENCE.value, _CONFIGS.value, window)
+  except compare.CompareError as e:
+    _fail(str(e))
+  text = '\n'.join(lines) + '\n'
+  print(text, end='')
+  if _OUTPUT.value:
+    with atomic.atomic_write(_OUTPUT.value) as f:
+      f.write(text)
+
+
+if __name__ == '__main__':
+  app.run(main)

@@ -1,0 +1,126 @@
+"""Tests of `tff_partial.sweep.compare` and `scripts.sweep_compare` on hand-made summaries.
+
+Every expected number is worked out by hand in the comments.
+"""
+
+import os
+import subprocess
+import sys
+
+from absl.testing import absltest
+
+from tests import testing_utils
+from tff_partial.sweep import compare
+
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# Final test accuracy per seed, and the evaluations of rounds 1-4 (round 4 is the end).
+_BASE = {'fedavg': {0: (0.40, [0.10, 0.20, 0.30, 0.40]), 1: (0.44, [0.12, 0.24, 0.36, 0.44]),
+                    2: (0.42, [0.14, 0.28, 0.32, 0.42])},
+         'pvt': {0: (0.30, [0.10, 0.20, 0.25, 0.30]), 1: (0.32, [0.10, 0.20, 0.28, 0.32]),
+                 2: (0.34, [0.10, 0.20, 0.30, 0.34])}}
+_MORE = {'fedavg': {0: (0.50, [0.2, 0.3, 0.4, 0.50]), 1: (0.50, [0.2, 0.3, 0.4, 0.50])},
+         'pvt': {0: (0.40, [0.2, 0.3, 0.4, 0.40]), 1: (0.44, [0.2, 0.3, 0.4, 0.44])}}
+
+
+def _write_summary(directory, arms):
+  os.makedirs(os.path.join(directory, 'curves'))
+  with open(os.path.join(directory, 'runs.csv'), 'w') as f:
+    f.write('run,config,seed,test_accuracy,test_loss\n')
+    for config, seeds in arms.items():
+      for seed, (final, curve) in seeds.items():
+        f.write(f'runs/{config}/seed_{seed},{config},{seed},{final},1.0\n')
+        with open(os.path.join(directory, 'curves', f'{config}_seed{seed}.csv'), 'w') as c:
+          c.write('round_num,evaluation/accuracy,evaluation/loss\n0,0.01,4.0\n')
+          for k, value in enumerate(curve, start=1):
+            c.write(f'{k},{value},1.0\n')
+          c.write('5,,\n')  # a round without an evaluation
+
+
+class CompareTest(absltest.TestCase):
+
+  def setUp(self):
+    super().setUp()
+    root = self.create_tempdir().full_path
+    self.base, self.more = os.path.join(root, 'base'), os.path.join(root, 'more')
+    _write_summary(self.base, _BASE)
+    _write_summary(self.more, _MORE)
+
+  def test_arms_gaps_and_changes(self):
+    fedavg = compare.read_arm(self.base, 'fedavg')
+    self.assertEqual(fedavg.seeds, (0, 1, 2))
+    self.assertAlmostEqual(fedavg.mean, 42.0)  # (40 + 44 + 42) / 3
+    self.assertAlmostEqual(fedavg.std, 2.0)  # sqrt((4 + 4 + 0) / 2)
+    pvt = compare.read_arm(self.base, 'pvt')
+    self.assertAlmostEqual(pvt.mean, 32.0)
+    self.assertAlmostEqual(pvt.std, 2.0)
+    g = compare.gap(pvt, fedavg)
+    self.assertAlmostEqual(g.mean, -10.0)
+    self.assertAlmostEqual(g.se, (4 / 3 + 4 / 3) ** 0.5)  # 1.633
+    self.assertEqual(g.text(), '-10.00 (s.e. 1.63)')
+
+    # Rounds 3-4: fedavg per seed (30+40)/2 = 35, (36+44)/2 = 40, (32+42)/2 = 37.
+    window = compare.read_arm(self.base, 'fedavg', window=(3, 4))
+    self.assertSequenceAlmostEqual(list(window.values), [35.0, 40.0, 37.0])
+    # Rounds 4-5: round 5 has no evaluation, so only round 4 counts.
+    self.assertSequenceAlmostEqual(
+        list(compare.read_arm(self.base, 'pvt', window=(4, 5)).values), [30.0, 32.0, 34.0])
+
+    # The 2-seed sweep: fedavg 50 ± 0, pvt 42 ± 2.83; gap -8, s.e. sqrt(0 + 8 / 2) = 2.
+    more_gap = compare.gap(compare.read_arm(self.more, 'pvt'),
+                           compare.read_arm(self.more, 'fedavg'))
+    self.assertAlmostEqual(more_gap.mean, -8.0)
+    self.assertAlmostEqual(more_gap.se, 2.0)
+    c = compare.change(g, more_gap)  # -8 - (-10) = +2, s.e. sqrt(8/3 + 4)
+    self.assertAlmostEqual(c.mean, 2.0)
+    self.assertAlmostEqual(c.se, (8 / 3 + 4) ** 0.5)
+
+  def test_table(self):
+    lines = compare.table([('base', self.base), ('more', self.more)], 'fedavg', ['pvt'],
+                          window=(3, 4))
+    self.assertEqual(lines[0], '| arm | base, final | more, final | base, rounds 3-4 | '
+                               'more, rounds 3-4 |')
+    self.assertEqual(lines[2], '| fedavg (2/3 seeds) | 42.00 ± 2.00 | 50.00 ± 0.00 | '
+                               '37.33 ± 2.52 | 45.00 ± 0.00 |')
+    # pvt rounds 3-4: base 27.5 / 30 / 32 (mean 29.83), more 40 / 42 (mean 41).
+    self.assertEqual(lines[3], '| pvt (2/3 seeds) | 32.00 ± 2.00 | 42.00 ± 2.83 | '
+                               '29.83 ± 2.25 | 41.00 ± 1.41 |')
+    self.assertTrue(lines[4].startswith('| gap pvt - fedavg | -10.00 (s.e. 1.63) | '
+                                        '-8.00 (s.e. 2.00) | -7.50 (s.e. '))
+    self.assertEqual(lines[6], '- more against base, final: fedavg +8.00 (s.e. 1.15); '
+                               'pvt +10.00 (s.e. 2.31); gap of pvt +2.00 (s.e. 2.58)')
+
+  def test_missing_config_names_the_configs(self):
+    with self.assertRaisesRegex(compare.CompareError, "no finished run of config 'select'; "
+                                'its configs: fedavg, pvt'):
+      compare.read_arm(self.base, 'select')
+    with self.assertRaisesRegex(compare.CompareError, 'no evaluation in rounds 7-9'):
+      compare.read_arm(self.base, 'pvt', window=(7, 9))
+
+  def test_binary(self):
+    def run(*args):
+      return subprocess.run([sys.executable, '-m', 'scripts.sweep_compare', *args], cwd=_REPO,
+                            capture_output=True, text=True, check=False)
+
+    output = os.path.join(self.create_tempdir().full_path, 'compare.md')
+    result = run(f'--sweeps=base={self.base},more={self.more}', '--configs=pvt',
+                 '--window=3,4', f'--output={output}')
+    self.assertEqual(result.returncode, 0, result.stderr)
+    with open(output) as f:
+      self.assertEqual(f.read(), result.stdout)
+    self.assertIn('gap of pvt +2.00 (s.e. 2.58)', result.stdout)
+    for args, error in [
+        ((f'--sweeps=base={self.base}', '--configs=dense'),
+         "error: {} has no finished run of config 'dense'; its configs: fedavg, pvt"
+         .format(self.base)),
+        ((f'--sweeps={self.base}', '--configs=pvt'),
+         f"error: --sweeps item '{self.base}' must be label=summary_dir"),
+        ((f'--sweeps=a={self.base}', '--configs=pvt', '--window=4,3'),
+         'error: --window=4,3 must have 0 <= first <= last')]:
+      result = run(*args)
+      self.assertEqual(result.returncode, 2, result.stderr)
+      self.assertEqual(testing_utils.own_stderr_lines(result.stderr), [error])
+
+
+if __name__ == '__main__':
+  absltest.main()

@@ -1,0 +1,164 @@
+"""Arms and gaps of published sweep summaries, compared across sweeps.
+
+A summary directory (`scripts.sweep --summary_dir=docs/results/<name>`) holds
+`runs.csv` (each finished run's final test metrics) and `curves/` (each run's
+metrics.csv). Issue 16's verdicts compare one factor across sweeps: an arm
+(e.g. PVT at 90% frozen) against a reference arm (FedAvg) of the same sweep,
+and that gap against the gap of a sweep that differs in one flag (2x clients,
+2x local steps). This module computes those numbers from the files, so that
+a results page can say where each came from (`scripts.sweep_compare`).
+
+Definitions (all in accuracy points, i.e. percent):
+- an arm's value per seed: its final test accuracy, or its mean evaluation
+  accuracy over the rounds of a window (e.g. 151-200; the evaluations logged
+  in those rounds), which is less noisy than one round;
+- mean ± sample standard deviation over seeds;
+- gap = mean(arm) - mean(reference), with the standard error of a difference
+  of two independent means, sqrt(s_a^2 / n_a + s_r^2 / n_r) (the seeds of two
+  arms are not paired: their sampled clients differ);
+- the change of a gap (or of an arm) between two sweeps: the difference, with
+  sqrt(se_1^2 + se_2^2).
+Hand-written: a few means and square roots over CSV files; no library
+computes gaps of this layout.
+"""
+
+import csv
+import dataclasses
+import math
+import os
+from typing import Optional, Sequence, Tuple
+
+import numpy as np
+
+RUNS_CSV = 'runs.csv'
+CURVES_DIR = 'curves'
+
+
+class CompareError(ValueError):
+  """A summary directory lacks what the comparison needs."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Estimate:
+  """A mean with its standard error (nan when it cannot be estimated)."""
+
+  mean: float
+  se: float
+
+  def text(self) -> str:
+    se = 'n/a' if math.isnan(self.se) else f'{self.se:.2f}'
+    return f'{self.mean:+.2f} (s.e. {se})'
+
+
+@dataclasses.dataclass(frozen=True)
+class Arm:
+  """One config of one summary: per-seed values in accuracy points."""
+
+  config: str
+  seeds: Tuple[int, ...]
+  values: np.ndarray
+
+  @property
+  def mean(self) -> float:
+    return float(np.mean(self.values))
+
+  @property
+  def std(self) -> float:
+    return float(np.std(self.values, ddof=1)) if len(self.values) > 1 else math.nan
+
+  def se(self) -> float:
+    return self.std / math.sqrt(len(self.values))
+
+  def text(self) -> str:
+    std = 'n/a' if math.isnan(self.std) else f'{self.std:.2f}'
+    return f'{self.mean:.2f} ± {std}'
+
+
+def _read_csv(path: str) -> list:
+  try:
+    with open(path, newline='') as f:
+      return list(csv.DictReader(f))
+  except OSError as e:
+    raise CompareError(f'cannot read {path}: {e.strerror}') from e
+
+
+def _seeds(summary_dir: str, config: str) -> dict:
+  """seed -> final test accuracy of `config`'s runs in the summary's runs.csv."""
+  rows = [r for r in _read_csv(os.path.join(summary_dir, RUNS_CSV)) if r['config'] == config]
+  if not rows:
+    configs = sorted({r['config'] for r in _read_csv(os.path.join(summary_dir, RUNS_CSV))})
+    raise CompareError(f'{summary_dir} has no finished run of config {config!r}; its configs: '
+                       + ', '.join(configs))
+  return {int(r['seed']): float(r['test_accuracy']) for r in rows}
+
+
+def read_arm(summary_dir: str, config: str,
+             window: Optional[Tuple[int, int]] = None) -> Arm:
+  """`config`'s final test accuracy per seed, or its mean over the rounds of `window`.
+
+  window: (first, last) round, both included; the evaluations of
+  `curves/<config>_seed<s>.csv` in those rounds are averaged per seed.
+  """
+  finals = _seeds(summary_dir, config)
+  seeds = tuple(sorted(finals))
+  if window is None:
+    return Arm(config, seeds, 100.0 * np.array([finals[s] for s in seeds]))
+  first, last = window
+  values = []
+  for seed in seeds:
+    path = os.path.join(summary_dir, CURVES_DIR, f'{config}_seed{seed}.csv')
+    evaluated = [float(r['evaluation/accuracy']) for r in _read_csv(path)
+                 if first <= int(r['round_num']) <= last and r.get('evaluation/accuracy')]
+    if not evaluated:
+      raise CompareError(f'{path} has no evaluation in rounds {first}-{last}')
+    values.append(100.0 * float(np.mean(evaluated)))
+  return Arm(config, seeds, np.array(values))
+
+
+def gap(arm: Arm, reference: Arm) -> Estimate:
+  """mean(arm) - mean(reference), with the s.e. of two independent means."""
+  return Estimate(arm.mean - reference.mean, math.sqrt(arm.se() ** 2 + reference.se() ** 2))
+
+
+def change(before: Estimate, after: Estimate) -> Estimate:
+  """after - before, two independent estimates."""
+  return Estimate(after.mean - before.mean, math.sqrt(before.se ** 2 + after.se ** 2))
+
+
+def table(sweeps: Sequence[Tuple[str, str]], reference: str, configs: Sequence[str],
+          window: Optional[Tuple[int, int]] = None) -> list:
+  """Markdown lines comparing `configs` and their gaps to `reference` across `sweeps`.
+
+  sweeps: (label, summary directory) pairs, the first being the base that the
+  others' changes are measured from. One column per sweep at the end of the
+  runs, and one per sweep over `window` if given.
+  """
+  views = [('final', None)] + ([(f'rounds {window[0]}-{window[1]}', window)] if window else [])
+  arms = {(label, view, c): read_arm(d, c, w)
+          for label, d in sweeps for view, w in views for c in [reference, *configs]}
+  header = ['arm'] + [f'{label}, {view}' for view, _ in views for label, _ in sweeps]
+  lines = ['| ' + ' | '.join(header) + ' |', '|' + '---|' * len(header)]
+  for config in [reference, *configs]:
+    cells = [arms[(label, view, config)].text() for view, _ in views for label, _ in sweeps]
+    seeds = {len(arms[(label, 'final', config)].values) for label, _ in sweeps}
+    lines.append(f'| {config} ({"/".join(str(n) for n in sorted(seeds))} seeds) | '
+                 + ' | '.join(cells) + ' |')
+  for config in configs:
+    cells = [gap(arms[(label, view, config)], arms[(label, view, reference)]).text()
+             for view, _ in views for label, _ in sweeps]
+    lines.append(f'| gap {config} - {reference} | ' + ' | '.join(cells) + ' |')
+  base = sweeps[0][0]
+  for label, _ in sweeps[1:]:
+    lines.append('')
+    for view, _ in views:
+      parts = []
+      for config in [reference, *configs]:
+        a, b = arms[(base, view, config)], arms[(label, view, config)]
+        parts.append(f'{config} ' + change(Estimate(a.mean, a.se()),
+                                           Estimate(b.mean, b.se())).text())
+      for config in configs:
+        parts.append(f'gap of {config} ' + change(
+            gap(arms[(base, view, config)], arms[(base, view, reference)]),
+            gap(arms[(label, view, config)], arms[(label, view, reference)])).text())
+      lines.append(f'- {label} against {base}, {view}: ' + '; '.join(parts))
+  return lines
