@@ -30,6 +30,8 @@ from typing import Optional, Sequence, Tuple
 
 import numpy as np
 
+from tff_partial.sweep import summary
+
 RUNS_CSV = 'runs.csv'
 CURVES_DIR = 'curves'
 
@@ -97,7 +99,8 @@ def read_arm(summary_dir: str, config: str,
   """`config`'s final test accuracy per seed, or its mean over the rounds of `window`.
 
   window: (first, last) round, both included; the evaluations of
-  `curves/<config>_seed<s>.csv` in those rounds are averaged per seed.
+  `curves/<config>_seed<s>.csv` in those rounds are averaged per seed (of a
+  round logged twice, by a run resumed from a checkpoint, the last).
   """
   finals = _seeds(summary_dir, config)
   seeds = tuple(sorted(finals))
@@ -107,7 +110,11 @@ def read_arm(summary_dir: str, config: str,
   values = []
   for seed in seeds:
     path = os.path.join(summary_dir, CURVES_DIR, f'{config}_seed{seed}.csv')
-    evaluated = [float(r['evaluation/accuracy']) for r in _read_csv(path)
+    try:
+      rows = summary.read_metrics_csv(path)  # a round a resumed run logged twice: the last
+    except OSError as e:
+      raise CompareError(f'cannot read {path}: {e.strerror}') from e
+    evaluated = [float(r['evaluation/accuracy']) for r in rows
                  if first <= int(r['round_num']) <= last and r.get('evaluation/accuracy')]
     if not evaluated:
       raise CompareError(f'{path} has no evaluation in rounds {first}-{last}')
