@@ -208,10 +208,6 @@ def check_bank(sweep_dir: str, bank_dir: str, spec: spec_lib.SweepSpec) -> None:
   manifest.check(bank_dir, spec, flag='bank_dir')
 
 
-def _checkpoint_number(name: Optional[str]) -> int:
-  return -1 if name is None else int(name.rsplit('_', 1)[1])
-
-
 def bank_runs(sweep_dir: str, bank_dir: str, spec: spec_lib.SweepSpec,
               default_total_rounds: int, runs: Sequence[plan.Run],
               checkpoints: bool = False) -> list:
@@ -238,8 +234,9 @@ def bank_runs(sweep_dir: str, bank_dir: str, spec: spec_lib.SweepSpec,
     checkpoint = None
     if not plan.is_finished(sweep_dir, run):
       checkpoint = resumable.latest_checkpoint(source) if checkpoints else None
-      if checkpoint is None or (_checkpoint_number(checkpoint) <= _checkpoint_number(
-          resumable.latest_checkpoint(target))):
+      in_bank = resumable.latest_checkpoint(target)
+      if checkpoint is None or (in_bank is not None and resumable.checkpoint_round(checkpoint)
+                                <= resumable.checkpoint_round(in_bank)):
         continue
     partial = target + _COPYING_SUFFIX
     shutil.rmtree(partial, ignore_errors=True)

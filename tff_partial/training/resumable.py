@@ -71,6 +71,12 @@ def is_partial_write(name: str) -> bool:
 _CHECKPOINT_NAME = re.compile(r'^program_state_([0-9]+)$')
 
 
+def checkpoint_round(name: str) -> Optional[int]:
+  """The round of a checkpoint named by TFF (`program_state_<round>`); None for another name."""
+  match = _CHECKPOINT_NAME.match(name)
+  return int(match.group(1)) if match else None
+
+
 def latest_checkpoint(run_dir: str) -> Optional[str]:
   """The name of the run's latest complete checkpoint in `CHECKPOINTS_DIR`; None if none.
 
@@ -81,9 +87,9 @@ def latest_checkpoint(run_dir: str) -> Optional[str]:
   directory = os.path.join(run_dir, CHECKPOINTS_DIR)
   if not os.path.isdir(directory):
     return None
-  versions = {int(m.group(1)): name for name in os.listdir(directory)
-              if (m := _CHECKPOINT_NAME.match(name))}
-  return versions[max(versions)] if versions else None
+  rounds = {checkpoint_round(name): name for name in os.listdir(directory)}
+  rounds.pop(None, None)
+  return rounds[max(rounds)] if rounds else None
 
 
 def remove_stale_temp_files(run_dir: str) -> list:
