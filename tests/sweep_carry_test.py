@@ -246,6 +246,18 @@ class BankTest(absltest.TestCase):
                      ['final_eval.json', 'flags.json', 'metrics.csv'])
     self.assertEqual(self._bank(checkpoints=True), [])
 
+  def test_an_unfinished_run_with_only_the_initial_checkpoint_is_not_banked(self):
+    source = os.path.join(self.earlier, 'runs', 'fixed', 'seed_1', 'checkpoints')
+    shutil.rmtree(os.path.join(source, 'program_state_2'))  # left: round 0 and a partial write
+    banked = self._bank(checkpoints=True)
+    self.assertLen(banked, 5)
+    self.assertNotIn('runs/fixed/seed_1', banked)
+    self.assertFalse(os.path.exists(os.path.join(self.bank, 'runs', 'fixed', 'seed_1')))
+    os.makedirs(os.path.join(source, 'program_state_1'))
+    self.assertEqual(self._bank(checkpoints=True), ['runs/fixed/seed_1'])
+    self.assertEqual(os.listdir(os.path.join(self.bank, 'runs', 'fixed', 'seed_1', 'checkpoints')),
+                     ['program_state_1'])
+
   def test_a_replacement_killed_between_its_renames_is_restored(self):
     self._bank(checkpoints=True)
     target = os.path.join(self.bank, 'runs', 'fixed', 'seed_1')

@@ -11,7 +11,6 @@ import csv
 import json
 import math
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -110,10 +109,10 @@ def _finished(sweep_dir):
 
 
 def _has_checkpoint(sweep_dir, run):
-  """The run saved a whole checkpoint (TFF writes `program_state_N_temp...`, then renames)."""
-  directory = os.path.join(sweep_dir, run, 'checkpoints')
-  return os.path.isdir(directory) and any(
-      re.fullmatch(r'program_state_\d+', e) for e in os.listdir(directory))
+  """The run saved a whole checkpoint of a trained round (past round 0, the
+  initial state); TFF writes `program_state_N_temp...`, then renames."""
+  checkpoint = resumable.latest_checkpoint(os.path.join(sweep_dir, run))
+  return checkpoint is not None and resumable.checkpoint_round(checkpoint) > 0
 
 
 def _unfinished_with_checkpoint(sweep_dir, runs):
@@ -296,6 +295,9 @@ class SweepGridTest(absltest.TestCase):
       checkpoints = os.listdir(os.path.join(self.bank, run, 'checkpoints'))
       self.assertLen(checkpoints, 1, run)
       self.assertEqual(checkpoints[0], resumable.latest_checkpoint(os.path.join(self.bank, run)))
+    # The others (not started, or with only round 0's checkpoint) are not banked.
+    self.assertEqual(_final_runs(self.bank),
+                     sorted(self.finished_at_kill | set(self.unfinished_with_checkpoint)))
     self._assert_resumed_to_the_uninterrupted_results(self.fresh, self.fresh_output,
                                                       no_weights=self.finished_at_kill)
 

@@ -34,7 +34,7 @@ asks for more trains it from scratch.
 import dataclasses
 import os
 import shutil
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 from tff_partial.sweep import manifest
 from tff_partial.sweep import plan
@@ -174,19 +174,37 @@ def _copy_run(item: Copy, source_dir: str, sweep_dir: str) -> bool:
   target = plan.run_dir(sweep_dir, item.run)
   if os.path.exists(target):
     return False
+
+  def drop_final_outputs(partial):
+    if item.resume:
+      for name in (resumable.FINAL_EVAL_FILE, resumable.WEIGHTS_FILE):
+        path = os.path.join(partial, name)
+        if os.path.exists(path):
+          os.remove(path)
+
+  _copy_run_into_place(item.source, target, plan.log_path(source_dir, item.run),
+                       plan.log_path(sweep_dir, item.run), edit=drop_final_outputs,
+                       replace_log=False)
+  return True
+
+
+def _copy_run_into_place(source: str, target: str, source_log: str, target_log: str,
+                         edit: Callable[[str], None], replace_log: bool,
+                         ignore: Optional[Callable] = None) -> None:
+  """Copies run directory `source` (and its log) to `target`, replacing it.
+
+  The copy is written under a temporary name, changed by `edit(copy)`, and
+  moved into place (`_replace_dir`), so an interrupted copy leaves no half run
+  directory (its leftover is removed by the next call). The log is copied
+  unless the target has one and not `replace_log`.
+  """
   partial = target + _COPYING_SUFFIX
   shutil.rmtree(partial, ignore_errors=True)
-  shutil.copytree(item.source, partial, symlinks=True)
-  if item.resume:
-    for name in (resumable.FINAL_EVAL_FILE, resumable.WEIGHTS_FILE):
-      path = os.path.join(partial, name)
-      if os.path.exists(path):
-        os.remove(path)
-  source_log = plan.log_path(source_dir, item.run)
-  if os.path.exists(source_log) and not os.path.exists(plan.log_path(sweep_dir, item.run)):
-    _copy_file(source_log, plan.log_path(sweep_dir, item.run))
-  os.replace(partial, target)
-  return True
+  shutil.copytree(source, partial, symlinks=True, ignore=ignore)
+  edit(partial)
+  if os.path.exists(source_log) and (replace_log or not os.path.exists(target_log)):
+    _copy_file(source_log, target_log)
+  _replace_dir(partial, target)
 
 
 # Left out of a bank: what a finished run needs only to train on or to be
@@ -216,7 +234,8 @@ def bank_runs(sweep_dir: str, bank_dir: str, spec: spec_lib.SweepSpec,
   A finished run is banked once: its `flags.json`, `metrics.csv` and
   `final_eval.json` (and its log), not its checkpoints, model weights,
   TensorBoard events or partial writes. With `checkpoints`, an unfinished run
-  is banked too, with its latest checkpoint only (a few MB), and banked again
+  is banked too, with its latest checkpoint only (a few MB; not before it has
+  one past round 0, the initial state), and banked again
   when it has a later one or has finished (which replaces it). `bank_dir` gets
   this spec's manifest, so it is a sweep directory of the same spec:
   `--resume_from` and `--summary_only --sweep_dir=<bank>` read it. A copy is
@@ -235,19 +254,21 @@ def bank_runs(sweep_dir: str, bank_dir: str, spec: spec_lib.SweepSpec,
     if not plan.is_finished(sweep_dir, run):
       checkpoint = resumable.latest_checkpoint(source) if checkpoints else None
       in_bank = resumable.latest_checkpoint(target)
-      if checkpoint is None or (in_bank is not None and resumable.checkpoint_round(checkpoint)
-                                <= resumable.checkpoint_round(in_bank)):
+      # Round 0 is the initial state: resuming from it trains all rounds again,
+      # so banking it would keep a few MB for nothing.
+      if checkpoint is None or resumable.checkpoint_round(checkpoint) == 0 or (
+          in_bank is not None and resumable.checkpoint_round(checkpoint)
+          <= resumable.checkpoint_round(in_bank)):
         continue
-    partial = target + _COPYING_SUFFIX
-    shutil.rmtree(partial, ignore_errors=True)
-    shutil.copytree(source, partial, ignore=_not_banked)
-    if checkpoint is not None:
-      shutil.copytree(os.path.join(source, resumable.CHECKPOINTS_DIR, checkpoint),
-                      os.path.join(partial, resumable.CHECKPOINTS_DIR, checkpoint))
-    source_log = plan.log_path(sweep_dir, run)
-    if os.path.exists(source_log):
-      _copy_file(source_log, plan.log_path(bank_dir, run))
-    _replace_dir(partial, target)
+
+    def add_checkpoint(partial, checkpoint=checkpoint, source=source):
+      if checkpoint is not None:
+        shutil.copytree(os.path.join(source, resumable.CHECKPOINTS_DIR, checkpoint),
+                        os.path.join(partial, resumable.CHECKPOINTS_DIR, checkpoint))
+
+    _copy_run_into_place(source, target, plan.log_path(sweep_dir, run),
+                         plan.log_path(bank_dir, run), edit=add_checkpoint, replace_log=True,
+                         ignore=_not_banked)
     banked.append(run.run_id)
   return banked
 
