@@ -77,7 +77,7 @@ _BANK_DIR = flags.DEFINE_string(
     'scratch, or from a checkpoint banked by --bank_checkpoints).')
 _BANK_CHECKPOINTS = flags.DEFINE_bool(
     'bank_checkpoints', False, 'With --bank_dir: bank the unfinished runs too, each with its '
-    'latest checkpoint (a few MB a run), when the sweep ends or is stopped (with '
+    'latest checkpoint past round 0 (a few MB a run), when the sweep ends or is stopped (with '
     '--summary_only: now), so that a fresh checkout resumes them from there rather than from '
     'scratch. Commit such a bank only while the sweep is unfinished.')
 _PARALLEL = flags.DEFINE_integer('parallel', 1, 'Runs at a time.')
