@@ -226,6 +226,11 @@ def check_bank(sweep_dir: str, bank_dir: str, spec: spec_lib.SweepSpec) -> None:
   manifest.check(bank_dir, spec, flag='bank_dir')
 
 
+def _round(checkpoint: Optional[str]) -> int:
+  """The round of a checkpoint name; 0 (the initial state) for none."""
+  return resumable.checkpoint_round(checkpoint) if checkpoint else 0
+
+
 def bank_runs(sweep_dir: str, bank_dir: str, spec: spec_lib.SweepSpec,
               default_total_rounds: int, runs: Sequence[plan.Run],
               checkpoints: bool = False) -> list:
@@ -254,11 +259,9 @@ def bank_runs(sweep_dir: str, bank_dir: str, spec: spec_lib.SweepSpec,
     if not plan.is_finished(sweep_dir, run):
       checkpoint = resumable.latest_checkpoint(source) if checkpoints else None
       in_bank = resumable.latest_checkpoint(target)
-      # Round 0 is the initial state: resuming from it trains all rounds again,
-      # so banking it would keep a few MB for nothing.
-      if checkpoint is None or resumable.checkpoint_round(checkpoint) == 0 or (
-          in_bank is not None and resumable.checkpoint_round(checkpoint)
-          <= resumable.checkpoint_round(in_bank)):
+      # Banked only past round 0 (the initial state: resuming from it trains
+      # every round again) and past the checkpoint already banked.
+      if _round(checkpoint) <= _round(in_bank):
         continue
 
     def add_checkpoint(partial, checkpoint=checkpoint, source=source):
