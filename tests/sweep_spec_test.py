@@ -100,6 +100,21 @@ class SpecTest(absltest.TestCase):
         'lr_search/dp/client_learning_rate=0.1+clip_norm=0.1/seed_0',
         'lr_search/dp/client_learning_rate=0.1+clip_norm=1.0/seed_0'])
 
+  def test_top_level_search_grid_may_be_left_out_when_every_config_has_its_own(self):
+    own = {'grid': {'client_learning_rate': [0.1, 1.0]}}
+    spec = _spec(
+        configs=[{'name': 'a', 'lr_search': own}, {'name': 'b', 'lr_from': 'a'},
+                 {'name': 'c', 'lr_search': False}],
+        lr_search={'flags': {'total_rounds': 3}})
+    runs = plan.plan_runs(spec, spec.expand(), 10)
+    self.assertEqual([r.run_id for r in runs if r.is_search], [
+        'lr_search/a/client_learning_rate=0.1/seed_0',
+        'lr_search/a/client_learning_rate=1.0/seed_0'])
+    with self.assertRaisesRegex(
+        spec_lib.SpecError, r'unless every searched config .*"configs"\[1\] "b" has none'):
+      _spec(configs=[{'name': 'a', 'lr_search': own}, {'name': 'b'}],
+            lr_search={'flags': {'total_rounds': 3}})
+
   def test_bad_specs_name_the_key(self):
     cases = [
         ({'base': {'seed': 1}}, r'"base": --seed is set by the sweep'),

@@ -31,7 +31,8 @@ used by the config's runs. A config entry may say `"lr_search": false` (keep
 its flags' values), `"lr_search": {"grid": {...}}` (search this grid instead,
 e.g. the clip norm too for a DP config), or `"lr_from": "<config name>"` (use
 that config's chosen values, e.g. every federated select config at FedAvg's
-tuned rates).
+tuned rates). The top-level `lr_search` may then leave out `grid` when no
+config searches it (each has its own grid, `false` or `lr_from`).
 
 A spec file may start from another (`"extends"`, resolved by `load_spec`),
 e.g. to run an earlier sweep on to more rounds:
@@ -327,9 +328,16 @@ def from_dict(data: Mapping[str, Any]) -> SweepSpec:
     raw = data['lr_search']
     _require(raw, _LR_SEARCH_KEYS, '"lr_search"')
     search_grid = _check_grid(raw.get('grid', {}), '"lr_search".grid')
-    if not search_grid:
+    # The top-level grid may be left out when no config would search it: each
+    # searched config has its own grid, or none is searched.
+    uses_top = [i for i, entry in enumerate(configs)
+                if entry.get('lr_search', True) is True and entry.get('lr_from') is None]
+    if not search_grid and uses_top:
+      config_name = configs[uses_top[0]].get('name') or 'default'
       raise SpecError('"lr_search".grid must name at least one flag to search, e.g. '
-                      '{"client_learning_rate": [0.01, 0.1]}')
+                      '{"client_learning_rate": [0.01, 0.1]}, unless every searched config '
+                      f'has its own "lr_search": {{"grid": ...}} ("configs"[{uses_top[0]}] '
+                      f'"{config_name}" has none)')
     fraction = raw.get('validation_fraction', 0.1)
     if not isinstance(fraction, (int, float)) or not 0 < fraction < 1:
       raise SpecError(f'"lr_search".validation_fraction={fraction!r} must be in (0, 1)')
