@@ -330,13 +330,14 @@ def from_dict(data: Mapping[str, Any]) -> SweepSpec:
     search_grid = _check_grid(raw.get('grid', {}), '"lr_search".grid')
     # The top-level grid may be left out when no config would search it: each
     # searched config has its own grid, or none is searched.
-    uses_top = [i for i, entry in enumerate(configs)
-                if entry.get('lr_search', True) is True and entry.get('lr_from') is None]
-    if not search_grid and uses_top:
-      config_name = configs[uses_top[0]].get('name') or 'default'
+    first_user = next((i for i, entry in enumerate(configs)
+                       if entry.get('lr_search', True) is True
+                       and entry.get('lr_from') is None), None)
+    if not search_grid and first_user is not None:
+      config_name = configs[first_user].get('name') or 'default'
       raise SpecError('"lr_search".grid must name at least one flag to search, e.g. '
                       '{"client_learning_rate": [0.01, 0.1]}, unless every searched config '
-                      f'has its own "lr_search": {{"grid": ...}} ("configs"[{uses_top[0]}] '
+                      f'has its own "lr_search": {{"grid": ...}} ("configs"[{first_user}] '
                       f'"{config_name}" has none)')
     fraction = raw.get('validation_fraction', 0.1)
     if not isinstance(fraction, (int, float)) or not 0 < fraction < 1:
