@@ -570,6 +570,17 @@ class ExtendsTest(absltest.TestCase):
         {'name': 'fedavg', 'flags': {'algorithm': 'fedavg'}, 'lr_from': 'fixed'},
         {'name': 'fixed', 'flags': {'algorithm': 'fedavg', 'client_epochs': 5}, 'lr_search': False}])
 
+  def test_add_configs_appends_new_configs_after_the_parents(self):
+    new = {'name': 'fedpt', 'flags': {'algorithm': 'fedpt', 'frozen_layers': ['dense1']},
+           'lr_from': 'fedavg'}
+    loaded = self._load_child({'drop_configs': ['fixed'], 'add_configs': [new]})
+    whole = _with(_SPEC, name='child', configs=[_SPEC['configs'][0], new])
+    self.assertEqual(loaded, whole)
+    self.assertEqual(spec_lib.from_dict(loaded).digest(), spec_lib.from_dict(whole).digest())
+    # Without drops the parent's configs come first, in their order.
+    self.assertEqual([c['name'] for c in self._load_child({'add_configs': [new]})['configs']],
+                     ['fedavg', 'fixed', 'fedpt'])
+
   def test_bad_update_or_drop_configs_name_the_valid_configs(self):
     cases = [
         ({'drop_configs': ['fedpt']}, r"no config 'fedpt' in the parent spec; its configs: fedavg, fixed"),
@@ -579,6 +590,10 @@ class ExtendsTest(absltest.TestCase):
         ({'drop_configs': ['fixed'], 'configs': []}, 'either "configs" .* or "update_configs"'),
         ({'drop_configs': 'fixed'}, '"drop_configs" must be a list of config names'),
         ({'update_configs': [{'flags': {}}]}, '"update_configs" must be a list of objects'),
+        ({'add_configs': [{'name': 'fixed', 'flags': {}}]},
+         '"add_configs": the parent spec already has a config \'fixed\''),
+        ({'add_configs': {'name': 'x'}}, '"add_configs" must be a list of configs'),
+        ({'add_configs': [{'name': 'x'}], 'configs': []}, 'either "configs" .* "add_configs"'),
     ]
     for child, message in cases:
       with self.subTest(message):
@@ -587,6 +602,10 @@ class ExtendsTest(absltest.TestCase):
     path = os.path.join(self.create_tempdir().full_path, 'alone.json')
     with open(path, 'w') as f:
       json.dump({'name': 'alone', 'drop_configs': ['fedavg']}, f)
+    with self.assertRaisesRegex(spec_lib.SpecError, 'this spec extends none'):
+      spec_lib.load_spec(path)
+    with open(path, 'w') as f:
+      json.dump({'name': 'alone', 'add_configs': [{'name': 'x'}]}, f)
     with self.assertRaisesRegex(spec_lib.SpecError, 'this spec extends none'):
       spec_lib.load_spec(path)
 

@@ -47,6 +47,10 @@ the rest (`"update_configs"`, `"drop_configs"`):
    "description": "...", "drop_configs": ["fedavg"],
    "update_configs": [{"name": "fedpt_dense1",
                        "lr_search": {"grid": {"client_learning_rate": [0.1, 0.3]}}}]}
+
+or to add a config after the parent's (`"add_configs"`, configs written out
+as in `"configs"`, with names the parent does not use), e.g. a new arm whose
+runs sit beside the parent's finished ones under `--resume_from`.
 """
 
 import dataclasses
@@ -379,17 +383,21 @@ def _read_json_object(path: str) -> dict:
   return data
 
 
-def _update_parent_configs(path: str, parent_configs: Any, drop: Any, update: Any) -> list:
-  """The parent's `configs` less `drop` (names), with `update` applied by name.
+def _update_parent_configs(path: str, parent_configs: Any, drop: Any, update: Any,
+                           add: Any) -> list:
+  """The parent's `configs` less `drop` (names), with `update` applied by name,
+  then `add` (new configs) after them.
 
   Each entry of `update` names a parent config: its `flags` are added to (or
   replace) that config's flags, any other key it gives replaces the config's,
-  and a value of null removes the flag or key. Order stays the parent's.
+  and a value of null removes the flag or key. Order stays the parent's. Each
+  entry of `add` is a whole config (checked later with the rest) whose name
+  no parent config has.
   """
   if not isinstance(parent_configs, list) or not all(
       isinstance(c, dict) and isinstance(c.get('name'), str) for c in parent_configs):
-    raise SpecError(f'--spec={path}: "update_configs" / "drop_configs" need a parent spec '
-                    'whose "configs" are named')
+    raise SpecError(f'--spec={path}: "update_configs" / "drop_configs" / "add_configs" need a '
+                    'parent spec whose "configs" are named')
   configs = {c['name']: c for c in parent_configs}  # freshly read by load_spec: ours to change
   names = ', '.join(configs)
   if not isinstance(drop, list) or not all(isinstance(n, str) for n in drop):
@@ -413,7 +421,15 @@ def _update_parent_configs(path: str, parent_configs: Any, drop: Any, update: An
         config.pop(key, None)
       else:
         config[key] = value
-  return [c for name, c in configs.items() if name not in drop]
+  if not isinstance(add, list) or not all(
+      isinstance(c, dict) and isinstance(c.get('name'), str) for c in add):
+    raise SpecError(f'--spec={path}: "add_configs" must be a list of configs, each with a '
+                    '"name"')
+  for entry in add:
+    if entry['name'] in configs:
+      raise SpecError(f'--spec={path}: "add_configs": the parent spec already has a config '
+                      f'{entry["name"]!r} (change it with "update_configs")')
+  return [c for name, c in configs.items() if name not in drop] + list(add)
 
 
 def load_spec(path: str, _seen: tuple = ()) -> dict:
@@ -424,18 +440,22 @@ def load_spec(path: str, _seen: tuple = ()) -> dict:
   any other key it gives replaces the parent's whole. A spec that runs an
   earlier one on to more rounds is then its name, description and
   `"base": {"total_rounds": N}`. Instead of replacing `"configs"` whole,
-  `"drop_configs"` (names) leaves parent configs out and `"update_configs"`
-  changes parent configs by name (`_update_parent_configs`). The result is the
+  `"drop_configs"` (names) leaves parent configs out, `"update_configs"`
+  changes parent configs by name and `"add_configs"` appends new ones
+  (`_update_parent_configs`). The result is the
   full spec, with the same digest as the same spec written out whole.
   """
   data = _read_json_object(path)
   parent = data.pop('extends', None)
   drop = data.pop('drop_configs', None)
   update = data.pop('update_configs', None)
+  add = data.pop('add_configs', None)
+  changes = (drop, update, add)
   if parent is None:
-    if drop is not None or update is not None:
-      raise SpecError(f'--spec={path}: "update_configs" and "drop_configs" change the configs '
-                      'of the spec named by "extends"; this spec extends none')
+    if any(c is not None for c in changes):
+      raise SpecError(f'--spec={path}: "update_configs", "drop_configs" and "add_configs" '
+                      'change the configs of the spec named by "extends"; this spec extends '
+                      'none')
     return data
   if not isinstance(parent, str):
     raise SpecError(f'--spec={path}: "extends" must be the path of another spec file')
@@ -446,13 +466,12 @@ def load_spec(path: str, _seen: tuple = ()) -> dict:
     raise SpecError(f'--spec={path}: "extends": {parent_path} is not a file (the path is '
                     'relative to the extending spec)')
   merged = load_spec(parent_path, _seen + (os.path.realpath(path),))
-  if drop is not None or update is not None:
+  if any(c is not None for c in changes):
     if 'configs' in data:
       raise SpecError(f'--spec={path}: give either "configs" (replacing the parent\'s whole) '
-                      'or "update_configs" / "drop_configs", not both')
+                      'or "update_configs" / "drop_configs" / "add_configs", not both')
     merged['configs'] = _update_parent_configs(
-        path, merged.get('configs'), [] if drop is None else drop,
-        [] if update is None else update)
+        path, merged.get('configs'), *([] if c is None else c for c in changes))
   for key, value in data.items():
     if key == 'base' and isinstance(value, dict) and isinstance(merged.get('base'), dict):
       merged['base'] = {**merged['base'], **value}
