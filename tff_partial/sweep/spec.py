@@ -442,8 +442,8 @@ def load_spec(path: str, _seen: tuple = ()) -> dict:
   `"base": {"total_rounds": N}`. Instead of replacing `"configs"` whole,
   `"drop_configs"` (names) leaves parent configs out, `"update_configs"`
   changes parent configs by name and `"add_configs"` appends new ones
-  (`_update_parent_configs`). The result is the
-  full spec, with the same digest as the same spec written out whole.
+  (`_update_parent_configs`). The result is the full spec, with the same
+  digest as the same spec written out whole.
   """
   data = _read_json_object(path)
   parent = data.pop('extends', None)
