@@ -383,6 +383,12 @@ def _read_json_object(path: str) -> dict:
   return data
 
 
+def _named_objects(value: Any) -> bool:
+  """Whether `value` is a list of JSON objects, each with a string "name"."""
+  return isinstance(value, list) and all(
+      isinstance(v, dict) and isinstance(v.get('name'), str) for v in value)
+
+
 def _update_parent_configs(path: str, parent_configs: Any, drop: Any, update: Any,
                            add: Any) -> list:
   """The parent's `configs` less `drop` (names), with `update` applied by name,
@@ -394,16 +400,14 @@ def _update_parent_configs(path: str, parent_configs: Any, drop: Any, update: An
   entry of `add` is a whole config (checked later with the rest) whose name
   no parent config has.
   """
-  if not isinstance(parent_configs, list) or not all(
-      isinstance(c, dict) and isinstance(c.get('name'), str) for c in parent_configs):
+  if not _named_objects(parent_configs):
     raise SpecError(f'--spec={path}: "update_configs" / "drop_configs" / "add_configs" need a '
                     'parent spec whose "configs" are named')
   configs = {c['name']: c for c in parent_configs}  # freshly read by load_spec: ours to change
   names = ', '.join(configs)
   if not isinstance(drop, list) or not all(isinstance(n, str) for n in drop):
     raise SpecError(f'--spec={path}: "drop_configs" must be a list of config names')
-  if not isinstance(update, list) or not all(
-      isinstance(u, dict) and isinstance(u.get('name'), str) for u in update):
+  if not _named_objects(update):
     raise SpecError(f'--spec={path}: "update_configs" must be a list of objects with a "name"')
   for name in list(drop) + [u['name'] for u in update]:
     if name not in configs:
@@ -421,8 +425,7 @@ def _update_parent_configs(path: str, parent_configs: Any, drop: Any, update: An
         config.pop(key, None)
       else:
         config[key] = value
-  if not isinstance(add, list) or not all(
-      isinstance(c, dict) and isinstance(c.get('name'), str) for c in add):
+  if not _named_objects(add):
     raise SpecError(f'--spec={path}: "add_configs" must be a list of configs, each with a '
                     '"name"')
   for entry in add:
