@@ -68,6 +68,11 @@ _RESUME_FROM = flags.DEFINE_string(
     'change) is copied from there and trains on from its last checkpoint, e.g. a finished '
     '400-round sweep run on to 1,500 rounds by a spec that "extends" it. The sweep '
     'records it: a rerun without it (after a stop) starts from the same directory.')
+_SEARCH_HISTORY = flags.DEFINE_list(
+    'search_history', [], 'Earlier sweeps\' --sweep_dirs (or banks), e.g. the specs of a '
+    'chain that widened a grid past its edge: the search tables also show, in italics, the '
+    'trials they ran outside this sweep\'s grid with the same flags but the searched ones. '
+    'Nothing is copied from them and the choice stays this grid\'s.')
 _BANK_DIR = flags.DEFINE_string(
     'bank_dir', None, 'Copy every finished run (flags.json, metrics.csv, final_eval.json, its '
     'log; not its checkpoints, weights or TensorBoard events) with the manifest into this '
@@ -174,7 +179,8 @@ def main(argv):
     spec = sweep.from_dict(data)
     sweep_dir = _SWEEP_DIR.value or os.path.join('outputs', 'sweeps', spec.name)
     prepared = sweep.prepare(spec, sweep_dir, train, only=_ONLY.value,
-                             resume_from=_RESUME_FROM.value)
+                             resume_from=_RESUME_FROM.value,
+                             search_history=_SEARCH_HISTORY.value)
     runs = sweep.search_runs(prepared) if _SEARCH_ONLY.value else prepared.runs
     if _BANK_DIR.value is not None:
       sweep.check_bank(prepared, _BANK_DIR.value)

@@ -12,8 +12,10 @@ import os
 
 from absl.testing import absltest
 
+from tff_partial.sweep import carry
 from tff_partial.sweep import driver
 from tff_partial.sweep import lr_search
+from tff_partial.sweep import manifest
 from tff_partial.sweep import plan
 from tff_partial.sweep import spec as spec_lib
 from tff_partial.sweep import summary
@@ -163,8 +165,8 @@ class SearchTableTest(absltest.TestCase):
     self.assertEqual(summary.search_table(choice, 'loss'), [
         '| client_learning_rate | validation loss |',
         '|---|---|',
-        '| 0.01 | 1.50 |',
-        '| 0.1 | **1.25** |',
+        '| 0.01 | 1.500 |',
+        '| 0.1 | **1.250** |',
         '| 1 |  |'])
 
   def test_a_value_is_written_alike_in_the_table_and_the_choice_line(self):
@@ -182,6 +184,78 @@ class SearchTableTest(absltest.TestCase):
                                  '| 0.001 | **50.00** | 50.00 |'])
     self.assertEqual([lr_search.value_text(v) for v in (None, 1.0, 3, 'adam')],
                      ['', '1', '3', 'adam'])
+
+
+class SearchHistoryTest(absltest.TestCase):
+  """--search_history: trials of earlier sweeps outside the grid join its table, in italics."""
+
+  _BASE = {'task': 'emnist_2nn', 'data_source': 'synthetic', 'total_rounds': 4}
+
+  def _sweep(self, name, lrs, accuracy, base=None):
+    """A sweep dir with a manifest whose search runs finished with `accuracy(lr, slr)`."""
+    spec = spec_lib.from_dict({
+        'name': name, 'base': base or self._BASE, 'seeds': [0],
+        'configs': [{'name': 'fedavg', 'flags': {'algorithm': 'fedavg'}}],
+        'lr_search': {'grid': {'client_learning_rate': lrs,
+                               'server_learning_rate': [1.0, 2.0]}}})
+    sweep_dir = self.create_tempdir().full_path
+    manifest.write(sweep_dir, spec, default_total_rounds=1)
+    runs = plan.plan_runs(spec, spec.expand(), default_total_rounds=1)
+    for run in runs:
+      if run.is_search and (value := accuracy(**run.trial_flags)) is not None:
+        _write_run(sweep_dir, run, value, curve=False)
+    return spec, sweep_dir, runs
+
+  def test_earlier_trials_are_shown_in_italics_and_not_chosen_from(self):
+    table = {(0.01, 1.0): 0.46, (0.01, 2.0): 0.90, (0.03, 1.0): 0.48, (0.03, 2.0): 0.43,
+             (0.1, 1.0): 0.55, (0.1, 2.0): 0.50}
+    # Its 0.003 trials never finished; its 0.03 ones are this grid's own points.
+    _, first, _ = self._sweep(
+        'first', [0.003, 0.01, 0.03],
+        lambda client_learning_rate, server_learning_rate: None
+        if client_learning_rate == 0.003 else (0.99 if client_learning_rate == 0.03 else
+                                               table[client_learning_rate, server_learning_rate]))
+    # Other rounds: not the same search, so its 0.3 trials are not shown.
+    _, other, _ = self._sweep('other', [0.3], lambda **_: 0.95,
+                              base={**self._BASE, 'total_rounds': 2})
+    spec, sweep_dir, runs = self._sweep(
+        'widened', [0.03, 0.1],
+        lambda client_learning_rate, server_learning_rate: table[client_learning_rate,
+                                                                 server_learning_rate])
+    history = tuple((d, carry.planned_runs(d, flag='search_history')) for d in (other, first))
+    prepared = driver.Prepared(spec, sweep_dir, spec.expand(), runs, resumed=True,
+                               default_total_rounds=1, search_history=history)
+    paths = driver.summarize(prepared)
+    with open(paths['summary']) as f:
+      markdown = f.read()
+    self.assertIn('\n'.join([
+        '| client_learning_rate \\ server_learning_rate | 1 | 2 |',
+        '|---|---|---|',
+        '| 0.01 | *46.00* | *90.00* |',
+        '| 0.03 | 48.00 | 43.00 |',
+        '| 0.1 | **55.00** | 50.00 |',
+        '',
+        'In italics: 2 trial(s) of earlier sweeps (`--search_history`) outside this grid; '
+        'shown, not chosen from.']), markdown)
+    rows = _csv_rows(paths['lr_search'], 'trial')
+    self.assertEqual(
+        {t: (r['chosen'], r['in_grid'], r['mean_validation_accuracy']) for t, r in rows.items()},
+        {'client_learning_rate=0.01+server_learning_rate=1.0': ('False', 'False', '0.46'),
+         'client_learning_rate=0.01+server_learning_rate=2.0': ('False', 'False', '0.9'),
+         'client_learning_rate=0.03+server_learning_rate=1.0': ('False', 'True', '0.48'),
+         'client_learning_rate=0.03+server_learning_rate=2.0': ('False', 'True', '0.43'),
+         'client_learning_rate=0.1+server_learning_rate=1.0': ('True', 'True', '0.55'),
+         'client_learning_rate=0.1+server_learning_rate=2.0': ('False', 'True', '0.5')})
+    summary_row = _csv_rows(paths['summary_csv'], 'config')['fedavg']
+    self.assertEqual(summary_row['client_learning_rate'], '0.1')
+    self.assertEqual(summary_row['tuned_at_grid_edge'],  # this grid's edges only
+                     'client_learning_rate=largest;server_learning_rate=smallest')
+
+  def test_a_directory_without_a_manifest_names_the_flag(self):
+    empty = self.create_tempdir().full_path
+    with self.assertRaisesRegex(manifest.SweepDirError,
+                                f'^--search_history={empty} holds no readable sweep.json'):
+      carry.planned_runs(empty, flag='search_history')
 
 
 class CpuPathTest(absltest.TestCase):

@@ -94,6 +94,23 @@ def _copy_of(run: plan.Run, old: plan.Run, source_dir: str) -> Copy:
               resume=old.total_rounds < run.total_rounds)
 
 
+def planned_runs(sweep_dir: str, flag: str = 'resume_from') -> list:
+  """Every run of the earlier sweep in `sweep_dir`, from its manifest (`plan.plan_runs`).
+
+  Raises `manifest.SweepDirError`, naming `--<flag>`, when `sweep_dir` holds no
+  readable manifest.
+  """
+  try:
+    saved = manifest.read(sweep_dir)
+    spec = spec_lib.from_dict(saved['spec'])
+    rounds = int(saved['default_total_rounds'])
+  except (OSError, ValueError, KeyError, TypeError) as e:
+    raise manifest.SweepDirError(
+        f'--{flag}={sweep_dir} holds no readable {manifest.MANIFEST_FILE} ({e}); it '
+        'must be the --sweep_dir of an earlier sweep') from e
+  return plan.plan_runs(spec, spec.expand(), rounds)
+
+
 def plan_copies(source_dir: str, sweep_dir: str, runs: Sequence[plan.Run]) -> CarryPlan:
   """The runs of `runs` (the new sweep's) that can start from `source_dir`'s.
 
@@ -104,15 +121,7 @@ def plan_copies(source_dir: str, sweep_dir: str, runs: Sequence[plan.Run]) -> Ca
     raise manifest.SweepDirError(
         f'--resume_from={source_dir} is --sweep_dir itself; a rerun of the same command '
         'resumes its runs without it')
-  try:
-    saved = manifest.read(source_dir)
-    old_spec = spec_lib.from_dict(saved['spec'])
-    old_rounds = int(saved['default_total_rounds'])
-  except (OSError, ValueError, KeyError, TypeError) as e:
-    raise manifest.SweepDirError(
-        f'--resume_from={source_dir} holds no readable {manifest.MANIFEST_FILE} ({e}); it '
-        'must be the --sweep_dir of an earlier sweep') from e
-  old_runs = {r.run_id: r for r in plan.plan_runs(old_spec, old_spec.expand(), old_rounds)}
+  old_runs = {r.run_id: r for r in planned_runs(source_dir)}
   copies, not_copied, later = {}, {}, {}
   for run in sorted(runs, key=lambda r: not r.is_search):  # searches first
     old = old_runs.get(run.run_id)

@@ -46,6 +46,8 @@ class Prepared:
   carry: the runs to copy from an earlier sweep before anything runs
   (`resume_from`), or None. carry_note: a line saying that `resume_from`
   came from the sweep's manifest, not from the caller, or None.
+  search_history: (sweep_dir, runs) of earlier sweeps whose search trials
+  outside this grid the search tables show too (`lr_search.earlier_trials`).
   """
 
   spec: spec_lib.SweepSpec
@@ -56,6 +58,7 @@ class Prepared:
   default_total_rounds: int
   carry: Optional[carry_lib.CarryPlan] = None
   carry_note: Optional[str] = None
+  search_history: tuple = ()
 
 
 def _only(configs, runs, patterns: Sequence[str]) -> tuple:
@@ -72,7 +75,8 @@ def _only(configs, runs, patterns: Sequence[str]) -> tuple:
 
 
 def prepare(spec: spec_lib.SweepSpec, sweep_dir: str, train: TrainInterface,
-            only: Sequence[str] = (), resume_from: Optional[str] = None) -> Prepared:
+            only: Sequence[str] = (), resume_from: Optional[str] = None,
+            search_history: Sequence[str] = ()) -> Prepared:
   """Every check, before anything runs or is written; raises with one clear line.
 
   A sweep directory that holds this spec's manifest passed the checks when it
@@ -83,7 +87,9 @@ def prepare(spec: spec_lib.SweepSpec, sweep_dir: str, train: TrainInterface,
   runs this one starts from where their flags allow (`tff_partial.sweep.carry`).
   A rerun without it uses the one the sweep started with (recorded in its
   manifest), so that the runs whose copy waits for their search are still
-  copied; if that directory is gone, they train.
+  copied; if that directory is gone, they train. `search_history`: earlier
+  sweeps' directories (`Prepared.search_history`), e.g. the chain of specs
+  that widened a grid; nothing is copied from them.
   """
   prepared = _prepare(spec, sweep_dir, train, only)
   note = None
@@ -91,7 +97,9 @@ def prepare(spec: spec_lib.SweepSpec, sweep_dir: str, train: TrainInterface,
     resume_from, note = _recorded_resume_from(sweep_dir)
   carry = None if resume_from is None else carry_lib.plan_copies(
       resume_from, sweep_dir, prepared.runs)
-  return dataclasses.replace(prepared, carry=carry, carry_note=note)
+  history = tuple((d, carry_lib.planned_runs(d, flag='search_history'))
+                  for d in search_history)
+  return dataclasses.replace(prepared, carry=carry, carry_note=note, search_history=history)
 
 
 def _recorded_resume_from(sweep_dir: str) -> tuple:
@@ -160,8 +168,12 @@ class _Choices:
 
   def get(self, config: str) -> lr_search.Choice:
     if config not in self._cache:
-      self._cache[config] = lr_search.choose(
-          self._p.sweep_dir, self._p.runs, config, self._p.spec.lr_search)
+      search = self._p.spec.lr_search
+      choice = lr_search.choose(self._p.sweep_dir, self._p.runs, config, search)
+      if self._p.search_history:
+        choice = dataclasses.replace(choice, earlier=lr_search.earlier_trials(
+            self._p.search_history, self._p.runs, config, search.metric))
+      self._cache[config] = choice
     return self._cache[config]
 
   def available(self) -> dict:

@@ -46,12 +46,18 @@ class Trial:
 
 @dataclasses.dataclass(frozen=True)
 class Choice:
-  """The chosen grid point of a config (`values`: flag -> value) and every trial."""
+  """The chosen grid point of a config (`values`: flag -> value) and every trial.
+
+  earlier: trials of the same search that earlier sweeps ran outside this
+  grid (`earlier_trials`), for the search tables only; the choice, and
+  whether it sits at the grid's edge, are this grid's own.
+  """
 
   config: str
   values: dict
   score: float
   trials: list
+  earlier: list = dataclasses.field(default_factory=list)
 
   @property
   def at_edge(self) -> dict:
@@ -75,8 +81,7 @@ class Choice:
 
   def grid_values(self, flag: str) -> list:
     """The values of `flag` its trials tried, sorted when they are numbers."""
-    values = {t.values[flag] for t in self.trials}
-    return sorted(values) if all(_is_number(v) for v in values) else list(values)
+    return values_of(self.trials, flag)
 
   def values_text(self) -> str:
     """The chosen values as flags, e.g. 'client_learning_rate=0.03, clip_norm=0.1'."""
@@ -88,6 +93,12 @@ class Choice:
         f'{flag} = {value_text(self.values[flag])} is the {which} value of its grid '
         f'({", ".join(value_text(v) for v in self.grid_values(flag))})'
         for flag, which in self.at_edge.items())
+
+
+def values_of(trials, flag: str) -> list:
+  """The values of `flag` that `trials` tried: sorted when they are numbers, else in trial order."""
+  values = list(dict.fromkeys(t.values[flag] for t in trials))
+  return sorted(values) if all(_is_number(v) for v in values) else values
 
 
 def value_text(value) -> str:
@@ -129,6 +140,46 @@ def trials(sweep_dir: str, runs, config: str, metric: str) -> list:
       trial.scores[run.seed], trial.losses[run.seed] = read_metrics(
           plan.run_dir(sweep_dir, run), metric)
   return list(by_trial.values())
+
+
+def _without(flags, keys) -> dict:
+  return {k: v for k, v in flags.items() if k not in keys}
+
+
+def earlier_trials(earlier, runs, config: str, metric: str) -> list:
+  """The trials of `config`'s search that earlier sweeps ran outside this sweep's grid.
+
+  earlier: (sweep_dir, runs) of each earlier sweep (`carry.planned_runs`), in
+  the order searched; the first that has a grid point gives it. A grid point
+  counts when it searched the same flags with the same seeds, and each of its
+  runs has every training flag of this sweep's search run of its seed (rounds
+  and validation split included) but the searched values: a widened grid's
+  chain (docs/sweeps.md) keeps every trial it tried in one table. Points that
+  no seed finished are left out.
+  """
+  own = [r for r in runs if r.is_search and r.config == config]
+  if not own:
+    return []
+  searched = set(own[0].trial_flags)
+  reference = {r.seed: _without(plan.train_flags(r), searched) for r in own}
+  found = {r.trial: None for r in own}  # this grid's points are not taken from elsewhere
+  for sweep_dir, earlier_runs in earlier:
+    by_trial = {}
+    for r in earlier_runs:
+      if (r.is_search and r.config == config and set(r.trial_flags) == searched
+          and r.trial not in found):
+        by_trial.setdefault(r.trial, []).append(r)
+    for trial, trial_runs in by_trial.items():
+      if ({r.seed for r in trial_runs} != set(reference)
+          or any(_without(plan.train_flags(r), searched) != reference[r.seed]
+                 for r in trial_runs)):
+        continue
+      t = Trial(trial, dict(trial_runs[0].trial_flags), {}, {})
+      for r in trial_runs:
+        t.scores[r.seed], t.losses[r.seed] = read_metrics(plan.run_dir(sweep_dir, r), metric)
+      if any(v is not None for v in t.scores.values()):
+        found[trial] = t
+  return [t for t in found.values() if t is not None]
 
 
 def choose(sweep_dir: str, runs, config: str, search: spec_lib.LrSearch) -> Choice:

@@ -346,32 +346,41 @@ def search_table(choice, metric: str) -> list:
 
   Two searched flags: a grid (rows: the first flag's values, columns: the
   second's), the way one reads where a choice sits in it; otherwise one row per
-  trial. The chosen trial is bold; an unfinished trial is blank. In % unless
-  the metric is the loss.
+  trial. The chosen trial is bold; trials of earlier sweeps outside this grid
+  (`choice.earlier`) are in italics; an unfinished or untried point is blank.
+  In % (two decimals) unless the metric is the loss (three).
   """
   scale, _ = _scale(metric)
-  searched = [f for f in choice.values if len(choice.grid_values(f)) > 1]
+  digits = 3 if metric == 'loss' else 2
+  trials = list(choice.trials) + list(choice.earlier)
+  earlier = {t.name for t in choice.earlier}
+  searched = [f for f in choice.values if len(lr_search.values_of(trials, f)) > 1]
 
   def cell(trial) -> str:
     if trial is None or math.isnan(trial.mean):
       return ''
-    text = f'{scale * trial.mean:.2f}'
-    return f'**{text}**' if trial.values == choice.values else text
+    text = f'{scale * trial.mean:.{digits}f}'
+    if trial.values == choice.values:
+      return f'**{text}**'
+    return f'*{text}*' if trial.name in earlier else text
 
   if len(searched) == 2:
     rows, columns = searched
-    column_values = choice.grid_values(columns)
-    by_values = {(t.values[rows], t.values[columns]): t for t in choice.trials}
+    column_values = lr_search.values_of(trials, columns)
+    by_values = {(t.values[rows], t.values[columns]): t for t in trials}
     lines = [f'| {rows} \\ {columns} | '
              + ' | '.join(lr_search.value_text(v) for v in column_values) + ' |',
              '|---|' + '---|' * len(column_values)]
-    for r in choice.grid_values(rows):
+    for r in lr_search.values_of(trials, rows):
       lines.append(f'| {lr_search.value_text(r)} | ' + ' | '.join(
           cell(by_values.get((r, c))) for c in column_values) + ' |')
     return lines
+  if earlier:  # in the order of the searched values, the earlier trials among them
+    order = {f: lr_search.values_of(trials, f) for f in searched}
+    trials.sort(key=lambda t: [order[f].index(t.values[f]) for f in searched])
   lines = ['| ' + ' | '.join(searched + [f'validation {metric}']) + ' |',
            '|' + '---|' * (len(searched) + 1)]
-  for t in choice.trials:
+  for t in trials:
     lines.append('| ' + ' | '.join([lr_search.value_text(t.values[f]) for f in searched]
                                    + [cell(t)]) + ' |')
   return lines
@@ -399,12 +408,13 @@ def write(out_dir: str, *, name: str, description: str, summaries: Sequence[Conf
   _write_csv(paths['runs'], run_rows)
   search_rows = []
   for config, choice in choices.items():
-    for trial in choice.trials:
+    for trial in list(choice.trials) + list(choice.earlier):
       row = {'config': config, 'trial': trial.name, **trial.values}
       row.update({f'seed_{s}': v for s, v in trial.scores.items()})
       row.update({f'mean_validation_{search_metric}': trial.mean,
                   'mean_validation_loss': trial.mean_loss,
-                  'chosen': trial.values == choice.values})
+                  'chosen': trial.values == choice.values,
+                  'in_grid': trial in choice.trials})
       search_rows.append(row)
   if search_rows:
     _write_csv(paths['lr_search'], search_rows)
@@ -446,6 +456,9 @@ def write(out_dir: str, *, name: str, description: str, summaries: Sequence[Conf
     lines += ['', f'Search of `{config}`: mean validation {search_metric}{search_unit} per grid '
               'point, the chosen one in bold:', '']
     lines += search_table(choice, search_metric)
+    if choice.earlier:
+      lines += ['', f'In italics: {len(choice.earlier)} trial(s) of earlier sweeps '
+                '(`--search_history`) outside this grid; shown, not chosen from.']
   lines += ['', '| config | flags beyond the base |', '|---|---|']
   for s in summaries:
     flags = ' '.join(f'--{k}={_cell(v)}' for k, v in s.own_flags.items())
