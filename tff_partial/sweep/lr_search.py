@@ -162,12 +162,13 @@ def earlier_trials(earlier, runs, config: str, metric: str) -> list:
     return []
   searched = set(own[0].trial_flags)
   reference = {r.seed: _without(plan.train_flags(r), searched) for r in own}
-  found = {r.trial: None for r in own}  # this grid's points are not taken from elsewhere
+  in_grid = {r.trial for r in own}
+  found = {}
   for sweep_dir, earlier_runs in earlier:
     by_trial = {}
     for r in earlier_runs:
       if (r.is_search and r.config == config and set(r.trial_flags) == searched
-          and r.trial not in found):
+          and r.trial not in in_grid and r.trial not in found):
         by_trial.setdefault(r.trial, []).append(r)
     for trial, trial_runs in by_trial.items():
       if ({r.seed for r in trial_runs} != set(reference)
@@ -179,7 +180,7 @@ def earlier_trials(earlier, runs, config: str, metric: str) -> list:
         t.scores[r.seed], t.losses[r.seed] = read_metrics(plan.run_dir(sweep_dir, r), metric)
       if any(v is not None for v in t.scores.values()):
         found[trial] = t
-  return [t for t in found.values() if t is not None]
+  return list(found.values())
 
 
 def choose(sweep_dir: str, runs, config: str, search: spec_lib.LrSearch) -> Choice:

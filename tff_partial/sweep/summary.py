@@ -408,14 +408,14 @@ def write(out_dir: str, *, name: str, description: str, summaries: Sequence[Conf
   _write_csv(paths['runs'], run_rows)
   search_rows = []
   for config, choice in choices.items():
-    for trial in list(choice.trials) + list(choice.earlier):
-      row = {'config': config, 'trial': trial.name, **trial.values}
-      row.update({f'seed_{s}': v for s, v in trial.scores.items()})
-      row.update({f'mean_validation_{search_metric}': trial.mean,
-                  'mean_validation_loss': trial.mean_loss,
-                  'chosen': trial.values == choice.values,
-                  'in_grid': trial in choice.trials})
-      search_rows.append(row)
+    for in_grid, trials in ((True, choice.trials), (False, choice.earlier)):
+      for trial in trials:
+        row = {'config': config, 'trial': trial.name, **trial.values}
+        row.update({f'seed_{s}': v for s, v in trial.scores.items()})
+        row.update({f'mean_validation_{search_metric}': trial.mean,
+                    'mean_validation_loss': trial.mean_loss,
+                    'chosen': trial.values == choice.values, 'in_grid': in_grid})
+        search_rows.append(row)
   if search_rows:
     _write_csv(paths['lr_search'], search_rows)
   else:
