@@ -11,6 +11,14 @@ seeds, in points) per sweep, the same averaged over the rounds of --window,
 each config's gap to --reference with its standard error, and the change of
 every arm and gap from the base to each other sweep. Definitions:
 `tff_partial.sweep.compare`.
+
+--metric=loss compares the test loss (nats) instead of the accuracy (points).
+--suffixes compares groups of configs of one sweep that differ in one factor
+carried in their names, e.g. the noise levels of one DP sweep:
+
+  python -m scripts.sweep_compare --metric=loss \
+      --sweeps=z0=docs/results/dp_fedpt_shakespeare_word,z1=docs/results/dp_fedpt_shakespeare_word \
+      --suffixes=z0=_z0,z1=_z1 --reference=fedavg --configs=fedpt_lstm1
 """
 
 import sys
@@ -28,6 +36,12 @@ _CONFIGS = flags.DEFINE_list('configs', None, 'The configs compared with --refer
 _WINDOW = flags.DEFINE_list(
     'window', [], 'first,last: also average each run\'s evaluations over these rounds '
     '(both included), e.g. 151,200.')
+_METRIC = flags.DEFINE_enum(
+    'metric', 'accuracy', sorted(compare.METRICS),
+    'The final test metric compared: accuracy (points) or loss (nats).')
+_SUFFIXES = flags.DEFINE_list(
+    'suffixes', [], 'label=suffix,...: the configs of sweep <label> are named '
+    '<config><suffix> (e.g. fedavg_z1 for --reference=fedavg and z1=_z1).')
 _OUTPUT = flags.DEFINE_string('output', None, 'Also write the table to this Markdown file.')
 
 
@@ -60,14 +74,28 @@ def _window():
   return first, last
 
 
+def _suffixes(labels) -> dict:
+  suffixes = {}
+  for item in _SUFFIXES.value:
+    label, sep, suffix = item.partition('=')
+    if not sep or not label or not suffix:
+      _fail(f'--suffixes item {item!r} must be label=suffix')
+    if label not in labels:
+      _fail(f'--suffixes names {label!r}, which is no --sweeps label (' + ', '.join(labels) + ')')
+    suffixes[label] = suffix
+  return suffixes
+
+
 def main(argv):
   if len(argv) > 1:
     _fail(f'unexpected arguments: {" ".join(argv[1:])}')
   sweeps, window = _sweeps(), _window()
+  suffixes = _suffixes([label for label, _ in sweeps])
   if not _CONFIGS.value:
     _fail('--configs is required: the configs to compare with --reference')
   try:
-    lines = compare.table(sweeps, _REFERENCE.value, _CONFIGS.value, window)
+    lines = compare.table(sweeps, _REFERENCE.value, _CONFIGS.value, window,
+                          metric=_METRIC.value, suffixes=suffixes)
   except compare.CompareError as e:
     _fail(str(e))
   text = '\n'.join(lines) + '\n'

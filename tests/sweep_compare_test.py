@@ -100,6 +100,49 @@ class CompareTest(absltest.TestCase):
     with self.assertRaisesRegex(compare.CompareError, 'no evaluation in rounds 7-9'):
       compare.read_arm(self.base, 'pvt', window=(7, 9))
 
+  def test_loss_across_groups_of_one_sweep_named_by_suffix(self):
+    # One sweep, two noise levels carried in the config names: final test loss per seed.
+    directory = os.path.join(self.create_tempdir().full_path, 'dp')
+    os.makedirs(os.path.join(directory, 'curves'))
+    losses = {'fedavg_z0': [4.6, 4.7], 'fedpt_z0': [4.9, 4.9],
+              'fedavg_z1': [5.0, 5.1], 'fedpt_z1': [5.0, 5.0]}
+    with open(os.path.join(directory, 'runs.csv'), 'w') as f:
+      f.write('run,config,seed,test_loss,test_accuracy\n')
+      for config, values in losses.items():
+        for seed, value in enumerate(values):
+          f.write(f'runs/{config}/seed_{seed},{config},{seed},{value},0.01\n')
+          with open(os.path.join(directory, 'curves', f'{config}_seed{seed}.csv'), 'w') as c:
+            # Rounds 1-2 of the window: value + 0.2 and value; per seed value + 0.1.
+            c.write('round_num,evaluation/accuracy,evaluation/loss\n'
+                    f'1,0.01,{value + 0.2}\n2,0.01,{value}\n')
+    lines = compare.table([('z0', directory), ('z1', directory)], 'fedavg', ['fedpt'],
+                          window=(1, 2), metric='loss', suffixes={'z0': '_z0', 'z1': '_z1'})
+    # fedavg z0: 4.65 ± 0.0707; fedpt z0: 4.9 ± 0; fedavg z1: 5.05 ± 0.0707; fedpt z1: 5.0.
+    self.assertEqual(lines[2], '| fedavg (2 seeds) | 4.650 ± 0.071 | 5.050 ± 0.071 | '
+                               '4.750 ± 0.071 | 5.150 ± 0.071 |')
+    # Gaps: z0 +0.25, z1 -0.05, each with s.e. sqrt(0.005 / 2 + 0) = 0.05.
+    self.assertEqual(lines[4], '| gap fedpt - fedavg | +0.250 (s.e. 0.050) | '
+                               '-0.050 (s.e. 0.050) | +0.250 (s.e. 0.050) | '
+                               '-0.050 (s.e. 0.050) |')
+    # The gap's change z0 -> z1: -0.30, s.e. sqrt(0.05^2 + 0.05^2) = 0.0707.
+    self.assertIn('gap of fedpt -0.300 (s.e. 0.071)', lines[6])
+    with self.assertRaisesRegex(compare.CompareError, 'suffixes name labels that no sweep '
+                                'has: z3'):
+      compare.table([('z0', directory)], 'fedavg', ['fedpt'], suffixes={'z3': '_z3'})
+    with self.assertRaisesRegex(compare.CompareError, "metric 'bleu' is not one of"):
+      compare.read_arm(directory, 'fedavg_z0', metric='bleu')
+    # The old summaries of this test's setUp log a loss of 1.0: an arm reads it in nats.
+    self.assertAlmostEqual(compare.read_arm(self.base, 'pvt', metric='loss').mean, 1.0)
+
+  def test_a_summary_without_the_metric_says_how_to_rewrite_it(self):
+    directory = os.path.join(self.create_tempdir().full_path, 'old')
+    os.makedirs(directory)
+    with open(os.path.join(directory, 'runs.csv'), 'w') as f:
+      f.write('run,config,seed,test_loss\nruns/a/seed_0,a,0,4.0\n')
+    with self.assertRaisesRegex(compare.CompareError, r'has no test_accuracy for every run of '
+                                r"'a' \(rewrite the summary with scripts.sweep --summary_only\)"):
+      compare.read_arm(directory, 'a')
+
   def test_binary(self):
     def run(*args):
       return subprocess.run([sys.executable, '-m', 'scripts.sweep_compare', *args], cwd=_REPO,
@@ -112,6 +155,9 @@ class CompareTest(absltest.TestCase):
     with open(output) as f:
       self.assertEqual(f.read(), result.stdout)
     self.assertIn('gap of pvt +2.00 (s.e. 2.58)', result.stdout)
+    result = run(f'--sweeps=base={self.base}', '--configs=pvt', '--metric=loss')
+    self.assertEqual(result.returncode, 0, result.stderr)
+    self.assertIn('| gap pvt - fedavg | +0.000 (s.e. 0.000) |', result.stdout)
     for args, error in [
         ((f'--sweeps=base={self.base}', '--configs=dense'),
          "error: {} has no finished run of config 'dense'; its configs: fedavg, pvt"
@@ -119,7 +165,11 @@ class CompareTest(absltest.TestCase):
         ((f'--sweeps={self.base}', '--configs=pvt'),
          f"error: --sweeps item '{self.base}' must be label=summary_dir"),
         ((f'--sweeps=a={self.base}', '--configs=pvt', '--window=4,3'),
-         'error: --window=4,3 must have 0 <= first <= last')]:
+         'error: --window=4,3 must have 0 <= first <= last'),
+        ((f'--sweeps=a={self.base}', '--configs=pvt', '--suffixes=b=_z1'),
+         "error: --suffixes names 'b', which is no --sweeps label (a)"),
+        ((f'--sweeps=a={self.base}', '--configs=pvt', '--suffixes=a'),
+         "error: --suffixes item 'a' must be label=suffix")]:
       result = run(*args)
       self.assertEqual(result.returncode, 2, result.stderr)
       self.assertEqual(testing_utils.own_stderr_lines(result.stderr), [error])

@@ -288,6 +288,44 @@ class CpuPathTest(absltest.TestCase):
     self.assertIn('- not recorded (a run from before the record): 1 run(s) of `b`', markdown)
 
 
+class SecondMetricTest(absltest.TestCase):
+  """Beside the summary metric each table gives the loss, or for the loss the accuracy."""
+
+  def _summarize(self, metric):
+    accuracies = {'runs/a/seed_0': 0.25, 'runs/a/seed_1': 0.35}  # losses 0.75, 0.65
+    data = {
+        'name': 'second',
+        'base': {'task': 'emnist_2nn', 'data_source': 'synthetic', 'total_rounds': 1},
+        'configs': [{'name': 'a', 'flags': {'algorithm': 'fedavg'}}],
+        'seeds': [0, 1]}
+    if metric is not None:
+      data['summary'] = {'metric': metric}
+    markdown, out, _ = _summarize(
+        self, data, lambda d, run: _write_run(d, run, accuracies[run.run_id]))
+    return markdown, _csv_rows(out['summary_csv'], 'config')['a'], _csv_rows(out['runs'], 'run')
+
+  def test_the_loss_as_summary_metric_reports_the_accuracy_beside_it(self):
+    markdown, config, runs = self._summarize('loss')
+    self.assertAlmostEqual(float(config['test_loss_mean']), 0.7)
+    self.assertAlmostEqual(float(config['test_accuracy_mean']), 0.3)
+    self.assertAlmostEqual(float(config['test_accuracy_std']), 0.1 / 2 ** 0.5)
+    self.assertAlmostEqual(float(runs['runs/a/seed_1']['test_accuracy']), 0.35)
+    self.assertIn('| test loss mean ± std | 95% CI | test accuracy (%) mean ± std | 95% CI |',
+                  markdown)
+    # The loss in nats with three decimals, the accuracy in points with two.
+    self.assertIn('| a | 2 | 0.700 ± 0.071 | [0.065, 1.335] | 30.00 ± 7.07 | [-33.53, 93.53] |',
+                  markdown)
+    self.assertIn('Final test loss and accuracy:', markdown)
+
+  def test_the_accuracy_as_summary_metric_reports_the_loss_beside_it(self):
+    markdown, config, runs = self._summarize(None)
+    self.assertAlmostEqual(float(config['test_accuracy_mean']), 0.3)
+    self.assertAlmostEqual(float(config['test_loss_mean']), 0.7)
+    self.assertAlmostEqual(float(runs['runs/a/seed_0']['test_loss']), 0.75)
+    self.assertIn('| a | 2 | 30.00 ± 7.07 | [-33.53, 93.53] | 0.700 ± 0.071 | [0.065, 1.335] |',
+                  markdown)
+
+
 class LocalStepsTest(absltest.TestCase):
 
   def test_steps_a_client_are_batches_over_clients_per_round(self):

@@ -8,7 +8,8 @@ and that gap against the gap of a sweep that differs in one flag (2x clients,
 2x local steps). This module computes those numbers from the files, so that
 a results page can say where each came from (`scripts.sweep_compare`).
 
-Definitions (all in accuracy points, i.e. percent):
+Definitions (in accuracy points, i.e. percent; with `metric='loss'` in nats
+of test loss):
 - an arm's value per seed: its final test accuracy, or its mean evaluation
   accuracy over the rounds of a window (e.g. 151-200; the evaluations logged
   in those rounds), which is less noisy than one round;
@@ -18,6 +19,9 @@ Definitions (all in accuracy points, i.e. percent):
   arms are not paired: their sampled clients differ);
 - the change of a gap (or of an arm) between two sweeps: the difference, with
   sqrt(se_1^2 + se_2^2).
+The "sweeps" compared may also be groups of configs of one sweep that differ
+in one factor and carry it in their names (`fedavg_z0`, `fedavg_z1`, ...):
+`suffixes` gives each label the suffix its configs' names end with.
 Hand-written: a few means and square roots over CSV files; no library
 computes gaps of this layout.
 """
@@ -26,7 +30,7 @@ import csv
 import dataclasses
 import math
 import os
-from typing import Optional, Sequence, Tuple
+from typing import Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -34,6 +38,9 @@ from tff_partial.sweep import summary
 
 RUNS_CSV = 'runs.csv'
 CURVES_DIR = 'curves'
+# metric -> (factor from the summaries' values, decimals shown): accuracy in
+# points, the loss in nats.
+METRICS = {'accuracy': (100.0, 2), 'loss': (1.0, 3)}
 
 
 class CompareError(ValueError):
@@ -46,19 +53,21 @@ class Estimate:
 
   mean: float
   se: float
+  digits: int = 2
 
   def text(self) -> str:
-    se = 'n/a' if math.isnan(self.se) else f'{self.se:.2f}'
-    return f'{self.mean:+.2f} (s.e. {se})'
+    se = 'n/a' if math.isnan(self.se) else f'{self.se:.{self.digits}f}'
+    return f'{self.mean:+.{self.digits}f} (s.e. {se})'
 
 
 @dataclasses.dataclass(frozen=True)
 class Arm:
-  """One config of one summary: per-seed values in accuracy points."""
+  """One config of one summary: per-seed values (accuracy points, or nats of loss)."""
 
   config: str
   seeds: Tuple[int, ...]
   values: np.ndarray
+  digits: int = 2
 
   @property
   def mean(self) -> float:
@@ -71,9 +80,12 @@ class Arm:
   def se(self) -> float:
     return self.std / math.sqrt(len(self.values))
 
+  def estimate(self) -> Estimate:
+    return Estimate(self.mean, self.se(), self.digits)
+
   def text(self) -> str:
-    std = 'n/a' if math.isnan(self.std) else f'{self.std:.2f}'
-    return f'{self.mean:.2f} ± {std}'
+    std = 'n/a' if math.isnan(self.std) else f'{self.std:.{self.digits}f}'
+    return f'{self.mean:.{self.digits}f} ± {std}'
 
 
 def _read_csv(path: str) -> list:
@@ -84,29 +96,42 @@ def _read_csv(path: str) -> list:
     raise CompareError(f'cannot read {path}: {e.strerror}') from e
 
 
-def _seeds(summary_dir: str, config: str) -> dict:
-  """seed -> final test accuracy of `config`'s runs in the summary's runs.csv."""
-  rows = [r for r in _read_csv(os.path.join(summary_dir, RUNS_CSV)) if r['config'] == config]
+def _check_metric(metric: str) -> None:
+  if metric not in METRICS:
+    raise CompareError(f'metric {metric!r} is not one of ' + ', '.join(METRICS))
+
+
+def _seeds(summary_dir: str, config: str, metric: str) -> dict:
+  """seed -> final test `metric` of `config`'s runs in the summary's runs.csv."""
+  all_rows = _read_csv(os.path.join(summary_dir, RUNS_CSV))
+  rows = [r for r in all_rows if r['config'] == config]
   if not rows:
-    configs = sorted({r['config'] for r in _read_csv(os.path.join(summary_dir, RUNS_CSV))})
+    configs = sorted({r['config'] for r in all_rows})
     raise CompareError(f'{summary_dir} has no finished run of config {config!r}; its configs: '
                        + ', '.join(configs))
-  return {int(r['seed']): float(r['test_accuracy']) for r in rows}
+  column = f'test_{metric}'
+  if any(r.get(column) in (None, '', 'nan') for r in rows):
+    raise CompareError(f'{os.path.join(summary_dir, RUNS_CSV)} has no {column} for every run '
+                       f'of {config!r} (rewrite the summary with scripts.sweep --summary_only)')
+  return {int(r['seed']): float(r[column]) for r in rows}
 
 
 def read_arm(summary_dir: str, config: str,
-             window: Optional[Tuple[int, int]] = None) -> Arm:
-  """`config`'s final test accuracy per seed, or its mean over the rounds of `window`.
+             window: Optional[Tuple[int, int]] = None, metric: str = 'accuracy') -> Arm:
+  """`config`'s final test `metric` per seed, or its mean over the rounds of `window`.
 
   window: (first, last) round, both included; the evaluations of
   `curves/<config>_seed<s>.csv` in those rounds are averaged per seed (of a
   round logged twice, by a run resumed from a checkpoint, the last).
   """
-  finals = _seeds(summary_dir, config)
+  _check_metric(metric)
+  scale, digits = METRICS[metric]
+  finals = _seeds(summary_dir, config, metric)
   seeds = tuple(sorted(finals))
   if window is None:
-    return Arm(config, seeds, 100.0 * np.array([finals[s] for s in seeds]))
+    return Arm(config, seeds, scale * np.array([finals[s] for s in seeds]), digits)
   first, last = window
+  column = f'evaluation/{metric}'
   values = []
   for seed in seeds:
     path = os.path.join(summary_dir, CURVES_DIR, f'{config}_seed{seed}.csv')
@@ -114,34 +139,46 @@ def read_arm(summary_dir: str, config: str,
       rows = summary.read_metrics_csv(path)  # a round a resumed run logged twice: the last
     except OSError as e:
       raise CompareError(f'cannot read {path}: {e.strerror}') from e
-    evaluated = [float(r['evaluation/accuracy']) for r in rows
-                 if first <= int(r['round_num']) <= last and r.get('evaluation/accuracy')]
+    evaluated = [float(r[column]) for r in rows
+                 if first <= int(r['round_num']) <= last and r.get(column)]
     if not evaluated:
       raise CompareError(f'{path} has no evaluation in rounds {first}-{last}')
-    values.append(100.0 * float(np.mean(evaluated)))
-  return Arm(config, seeds, np.array(values))
+    values.append(scale * float(np.mean(evaluated)))
+  return Arm(config, seeds, np.array(values), digits)
 
 
 def gap(arm: Arm, reference: Arm) -> Estimate:
   """mean(arm) - mean(reference), with the s.e. of two independent means."""
-  return Estimate(arm.mean - reference.mean, math.sqrt(arm.se() ** 2 + reference.se() ** 2))
+  return Estimate(arm.mean - reference.mean, math.sqrt(arm.se() ** 2 + reference.se() ** 2),
+                  arm.digits)
 
 
 def change(before: Estimate, after: Estimate) -> Estimate:
   """after - before, two independent estimates."""
-  return Estimate(after.mean - before.mean, math.sqrt(before.se ** 2 + after.se ** 2))
+  return Estimate(after.mean - before.mean, math.sqrt(before.se ** 2 + after.se ** 2),
+                  before.digits)
 
 
 def table(sweeps: Sequence[Tuple[str, str]], reference: str, configs: Sequence[str],
-          window: Optional[Tuple[int, int]] = None) -> list:
+          window: Optional[Tuple[int, int]] = None, *, metric: str = 'accuracy',
+          suffixes: Optional[Mapping[str, str]] = None) -> list:
   """Markdown lines comparing `configs` and their gaps to `reference` across `sweeps`.
 
   sweeps: (label, summary directory) pairs, the first being the base that the
   others' changes are measured from. One column per sweep at the end of the
   runs, and one per sweep over `window` if given.
+  metric: 'accuracy' (points) or 'loss' (nats): runs.csv's `test_<metric>`
+  and the curves' `evaluation/<metric>`.
+  suffixes: label -> the suffix that sweep's config names end with (none: '');
+  an arm `c` of sweep `label` is then the config `c + suffixes[label]`.
   """
+  _check_metric(metric)
+  suffixes = dict(suffixes or {})
+  unknown = sorted(set(suffixes) - {label for label, _ in sweeps})
+  if unknown:
+    raise CompareError('suffixes name labels that no sweep has: ' + ', '.join(unknown))
   views = [('final', None)] + ([(f'rounds {window[0]}-{window[1]}', window)] if window else [])
-  arms = {(label, view, c): read_arm(d, c, w)
+  arms = {(label, view, c): read_arm(d, c + suffixes.get(label, ''), w, metric)
           for label, d in sweeps for view, w in views for c in [reference, *configs]}
   header = ['arm'] + [f'{label}, {view}' for view, _ in views for label, _ in sweeps]
   lines = ['| ' + ' | '.join(header) + ' |', '|' + '---|' * len(header)]
@@ -161,8 +198,7 @@ def table(sweeps: Sequence[Tuple[str, str]], reference: str, configs: Sequence[s
       parts = []
       for config in [reference, *configs]:
         a, b = arms[(base, view, config)], arms[(label, view, config)]
-        parts.append(f'{config} ' + change(Estimate(a.mean, a.se()),
-                                           Estimate(b.mean, b.se())).text())
+        parts.append(f'{config} ' + change(a.estimate(), b.estimate()).text())
       for config in configs:
         parts.append(f'gap of {config} ' + change(
             gap(arms[(base, view, config)], arms[(base, view, reference)]),

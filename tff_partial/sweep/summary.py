@@ -9,6 +9,10 @@ Warnings in summary.md: configs whose searched values are the smallest or
 largest of their grid (`lr_search.Choice.at_edge`), and runs that come from
 more than one CPU path.
 
+Each table reports the spec's summary metric (`"summary": {"metric": ...}`,
+accuracy by default) and a second one beside it (`second_metric`): the loss,
+or, when the summary metric is the loss, the accuracy.
+
 Definitions (also written into summary.md):
 * mean and standard deviation over seeds (sample standard deviation, n - 1);
   95% confidence interval of the mean from Student's t with n - 1 degrees of
@@ -43,6 +47,11 @@ from tff_partial.training import atomic
 from tff_partial.training import resumable
 
 PLATEAUED_FRACTION = 0.8
+
+
+def second_metric(metric: str) -> str:
+  """The final test metric reported beside `metric`: the loss, or for the loss the accuracy."""
+  return 'accuracy' if metric == 'loss' else 'loss'
 
 
 @dataclasses.dataclass(frozen=True)
@@ -178,7 +187,11 @@ def read_run(sweep_dir: str, run: plan.Run, metric: str) -> Optional[RunResult]:
 
 @dataclasses.dataclass(frozen=True)
 class ConfigSummary:
-  """A config over its finished seeds (`metric` and `loss`: final test values)."""
+  """A config over its finished seeds (`metric` and `second`: final test values).
+
+  `second` is the final test `second_metric(metric)` (nan where a run's
+  final_eval.json lacks it).
+  """
 
   config: str
   own_flags: Mapping[str, Any]
@@ -186,7 +199,7 @@ class ConfigSummary:
   seeds: tuple
   missing_seeds: tuple
   metric: Stats
-  loss: Stats
+  second: Stats
   rounds: np.ndarray  # evaluation rounds common to all seeds
   curve_mean: np.ndarray
   curve_std: np.ndarray
@@ -241,7 +254,7 @@ def summarize_config(config, runs: Sequence[plan.Run], results: Sequence[RunResu
       tuned=dict(choice.values) if choice else {},
       seeds=seeds, missing_seeds=missing,
       metric=describe([r.final[metric] for r in results]),
-      loss=describe([r.final['loss'] for r in results]),
+      second=describe([r.final.get(second_metric(metric), math.nan) for r in results]),
       rounds=np.asarray(rounds, dtype=np.int64), curve_mean=mean, curve_std=std,
       cumulative_bytes=np.asarray(cumulative, dtype=np.int64),
       best_round=best_round, best_value=best_value, plateau_round=plateau,
@@ -280,7 +293,7 @@ def summary_rows(summaries: Sequence[ConfigSummary], metric: str) -> list:
            'missing_seeds': ','.join(map(str, s.missing_seeds))}
     for name in tuned:
       row[name] = s.tuned.get(name, '')
-    for key, st in ((metric, s.metric), ('loss', s.loss)):
+    for key, st in ((metric, s.metric), (second_metric(metric), s.second)):
       row.update({f'test_{key}_mean': st.mean, f'test_{key}_std': st.std,
                   f'test_{key}_ci95_low': st.ci_low, f'test_{key}_ci95_high': st.ci_high})
     row.update({'best_round': s.best_round, f'best_mean_{metric}': s.best_value,
@@ -306,18 +319,20 @@ def _write_csv(path: str, rows: Sequence[Mapping[str, Any]]) -> None:
       writer.writerow({k: ('' if v is None else v) for k, v in row.items()})
 
 
-def _mean_std(st: Stats, scale: float = 1.0) -> str:
-  if st.n == 0:
+def _mean_std(st: Stats, metric: str) -> str:
+  scale, digits = _scale(metric)[0], _digits(metric)
+  if st.n == 0 or math.isnan(st.mean):
     return ''
   if st.n == 1:
-    return f'{scale * st.mean:.2f}'
-  return f'{scale * st.mean:.2f} ± {scale * st.std:.2f}'
+    return f'{scale * st.mean:.{digits}f}'
+  return f'{scale * st.mean:.{digits}f} ± {scale * st.std:.{digits}f}'
 
 
-def _interval(st: Stats, scale: float = 1.0) -> str:
-  if st.n < 2:
+def _interval(st: Stats, metric: str) -> str:
+  scale, digits = _scale(metric)[0], _digits(metric)
+  if st.n < 2 or math.isnan(st.mean):
     return ''
-  return f'[{scale * st.ci_low:.2f}, {scale * st.ci_high:.2f}]'
+  return f'[{scale * st.ci_low:.{digits}f}, {scale * st.ci_high:.{digits}f}]'
 
 
 def _cpu_path_note(results: Sequence[RunResult]) -> list:
@@ -341,6 +356,11 @@ def _scale(metric: str) -> tuple:
   return (1.0, '') if metric == 'loss' else (100.0, ' (%)')
 
 
+def _digits(metric: str) -> int:
+  """Decimals a metric is shown with: the loss three (nats), a percentage two."""
+  return 3 if metric == 'loss' else 2
+
+
 def search_table(choice, metric: str) -> list:
   """Markdown lines: the mean validation `metric` of every trial of `choice`'s search.
 
@@ -351,7 +371,7 @@ def search_table(choice, metric: str) -> list:
   In % (two decimals) unless the metric is the loss (three).
   """
   scale, _ = _scale(metric)
-  digits = 3 if metric == 'loss' else 2
+  digits = _digits(metric)
   trials = list(choice.trials) + list(choice.earlier)
   earlier = {t.name for t in choice.earlier}
   searched = [f for f in choice.values if len(lr_search.values_of(trials, f)) > 1]
@@ -395,13 +415,15 @@ def write(out_dir: str, *, name: str, description: str, summaries: Sequence[Conf
       ('summary', 'summary.md'), ('summary_csv', 'summary.csv'), ('runs', 'runs.csv'),
       ('lr_search', 'lr_search.csv'))}
   _write_csv(paths['summary_csv'], summary_rows(summaries, metric))
+  second = second_metric(metric)
   run_rows = []
   for r in results:
     trained = r.rounds >= 1
     plateau = plateau_round(r.rounds[trained], r.metric[trained], tolerance=tolerance,
                             window=window) if trained.any() else None
     run_rows.append({'run': r.run_id, 'config': r.config, 'seed': r.seed,
-                     f'test_{metric}': r.final[metric], 'test_loss': r.final['loss'],
+                     f'test_{metric}': r.final[metric],
+                     f'test_{second}': r.final.get(second, math.nan),
                      'plateau_round': plateau, 'bytes_down_per_client': r.bytes_down,
                      'bytes_up_per_client': r.bytes_up,
                      'local_steps_per_client': r.steps_per_client, 'cpu_path': r.cpu_path})
@@ -421,21 +443,24 @@ def write(out_dir: str, *, name: str, description: str, summaries: Sequence[Conf
   else:
     paths.pop('lr_search')
 
-  scale, unit = _scale(metric)
+  unit = _scale(metric)[1]
+  second_unit = _scale(second)[1]
   tuned = _tuned_names(summaries)
   lines = [f'# Sweep `{name}`', '']
   if description:
     lines += [description, '']
   header = (['config', 'seeds'] + [f'tuned {t}' for t in tuned] +
-            [f'test {metric}{unit} mean ± std', '95% CI', 'test loss mean ± std', '95% CI',
+            [f'test {metric}{unit} mean ± std', '95% CI', f'test {second}{second_unit} mean ± std',
+             '95% CI',
              'best round', 'plateau round', 'plateaued', 'MB per client (down + up)',
              'local steps a client'])
   lines += ['| ' + ' | '.join(header) + ' |', '|' + '---|' * len(header)]
   for s in summaries:
     seeds = f'{len(s.seeds)}' + (f' ({len(s.missing_seeds)} missing)' if s.missing_seeds else '')
     cells = ([s.config, seeds] + [lr_search.value_text(s.tuned.get(t)) for t in tuned] +
-             [_mean_std(s.metric, scale), _interval(s.metric, scale), _mean_std(s.loss),
-              _interval(s.loss), _cell(s.best_round), _cell(s.plateau_round),
+             [_mean_std(s.metric, metric), _interval(s.metric, metric),
+              _mean_std(s.second, second), _interval(s.second, second),
+              _cell(s.best_round), _cell(s.plateau_round),
               _cell(s.plateaued),
               '' if math.isnan(s.bytes_down) else f'{(s.bytes_down + s.bytes_up) / 1e6:.1f}',
               '' if math.isnan(s.steps_per_client) else f'{s.steps_per_client:.2f}'])
@@ -465,7 +490,7 @@ def write(out_dir: str, *, name: str, description: str, summaries: Sequence[Conf
     lines.append(f'| {s.config} | {flags} |')
   lines += [
       '',
-      f'Final test {metric} and loss: each run\'s `final_eval.json` (the test clients), over '
+      f'Final test {metric} and {second}: each run\'s `final_eval.json` (the test clients), over '
       'seeds: mean ± sample standard deviation; 95% CI of the mean from Student\'s t with '
       'n - 1 degrees of freedom.',
       f'Best round: where the mean-over-seeds test {metric} curve peaks. Plateau round: the '
