@@ -11,6 +11,7 @@ import json
 import os
 
 from absl.testing import absltest
+import numpy as np
 
 from tff_partial.sweep import carry
 from tff_partial.sweep import driver
@@ -302,10 +303,14 @@ class SecondMetricTest(absltest.TestCase):
       data['summary'] = {'metric': metric}
     markdown, out, _ = _summarize(
         self, data, lambda d, run: _write_run(d, run, accuracies[run.run_id]))
+    self.out = out
     return markdown, _csv_rows(out['summary_csv'], 'config')['a'], _csv_rows(out['runs'], 'run')
 
   def test_the_loss_as_summary_metric_reports_the_accuracy_beside_it(self):
     markdown, config, runs = self._summarize('loss')
+    # The plots of the loss, and of the accuracy the issue asks for.
+    for name in ('loss_vs_rounds', 'loss_vs_bytes', 'accuracy_vs_rounds', 'accuracy_vs_bytes'):
+      self.assertTrue(os.path.getsize(self.out[name]) > 0, name)
     self.assertAlmostEqual(float(config['test_loss_mean']), 0.7)
     self.assertAlmostEqual(float(config['test_accuracy_mean']), 0.3)
     self.assertAlmostEqual(float(config['test_accuracy_std']), 0.1 / 2 ** 0.5)
@@ -319,11 +324,35 @@ class SecondMetricTest(absltest.TestCase):
 
   def test_the_accuracy_as_summary_metric_reports_the_loss_beside_it(self):
     markdown, config, runs = self._summarize(None)
+    self.assertCountEqual([k for k in self.out if k.endswith(('_vs_rounds', '_vs_bytes'))],
+                          ['accuracy_vs_rounds', 'accuracy_vs_bytes'])
     self.assertAlmostEqual(float(config['test_accuracy_mean']), 0.3)
     self.assertAlmostEqual(float(config['test_loss_mean']), 0.7)
     self.assertAlmostEqual(float(runs['runs/a/seed_0']['test_loss']), 0.75)
     self.assertIn('| a | 2 | 30.00 ± 7.07 | [-33.53, 93.53] | 0.700 ± 0.071 | [0.065, 1.335] |',
                   markdown)
+
+
+class SecondCurveTest(absltest.TestCase):
+
+  def test_the_second_curve_is_averaged_over_seeds_like_the_first(self):
+    def result(seed, losses, accuracies):
+      return summary.RunResult(
+          run_id=f'runs/a/seed_{seed}', config='a', seed=seed,
+          final={'loss': losses[-1], 'accuracy': accuracies[-1]},
+          rounds=np.array([0, 1, 2]), metric=np.array(losses), second=np.array(accuracies),
+          cumulative_bytes=np.array([0, 10, 20]), bytes_down=10, bytes_up=10)
+
+    config = spec_lib.Config(name='a', flags={}, own_flags={}, tune=False)
+    results = [result(0, [4.0, 3.0, 2.0], [0.0, 0.1, 0.2]),
+               result(1, [4.0, 2.0, 1.0], [0.0, 0.3, 0.4])]
+    s = summary.summarize_config(config, [], results, metric='loss', tolerance=0.01, window=1)
+    np.testing.assert_allclose(s.curve_mean, [4.0, 2.5, 1.5])
+    np.testing.assert_allclose(s.second_curve_mean, [0.0, 0.2, 0.3])
+    # Sample std of (0.1, 0.3) and of (0.2, 0.4): sqrt(0.1^2 + 0.1^2) = sqrt(0.02).
+    np.testing.assert_allclose(s.second_curve_std, [0.0, 0.02 ** 0.5, 0.02 ** 0.5], atol=1e-12)
+    self.assertEqual(s.best_round, 2)  # the lowest mean loss
+    self.assertAlmostEqual(s.second.mean, 0.3)
 
 
 class LocalStepsTest(absltest.TestCase):

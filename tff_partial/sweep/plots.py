@@ -5,6 +5,9 @@
 * `<metric>_vs_bytes.png`: the same curves against the cumulative bytes one
   participating client has received and sent (log scale), with each config's
   final mean and its 95% confidence interval: the communication frontier.
+
+When the summary metric is the loss, the same two plots of the accuracy
+(`accuracy_vs_rounds.png`, `accuracy_vs_bytes.png`) are written too.
 """
 
 import math
@@ -39,17 +42,26 @@ def _save(fig, ax, path: str) -> str:
   return path
 
 
+def _curve(s: summary_lib.ConfigSummary, second: bool) -> tuple:
+  """(mean curve, std curve, final Stats) of the summary metric, or of the second one."""
+  if second:
+    return s.second_curve_mean, s.second_curve_std, s.second
+  return s.curve_mean, s.curve_std, s.metric
+
+
 def plot_vs_rounds(summaries: Sequence[summary_lib.ConfigSummary], path: str, *,
-                   metric: str, title: str = '') -> str:
+                   metric: str, title: str = '', second: bool = False) -> str:
+  """`metric` is the name of what is plotted: the summary's, or with `second` the other one."""
   scale, label = _scale(metric)
   fig, ax = plt.subplots(figsize=(7, 4.5))
   for i, s in enumerate(summaries):
     if not len(s.rounds):
       continue
     color = f'C{i % 10}'
-    ax.plot(s.rounds, scale * s.curve_mean, color=color, linewidth=1.5,
+    mean, std, _ = _curve(s, second)
+    ax.plot(s.rounds, scale * mean, color=color, linewidth=1.5,
             label=f'{s.config} (n={len(s.seeds)})')
-    _band(ax, s.rounds, s.curve_mean, s.curve_std, len(s.seeds), scale, color)
+    _band(ax, s.rounds, mean, std, len(s.seeds), scale, color)
   ax.set_xlabel('round')
   ax.set_ylabel(label)
   ax.set_title(f'{title}: mean over seeds ± 1 std' if title else 'mean over seeds ± 1 std',
@@ -59,7 +71,8 @@ def plot_vs_rounds(summaries: Sequence[summary_lib.ConfigSummary], path: str, *,
 
 
 def plot_vs_bytes(summaries: Sequence[summary_lib.ConfigSummary], path: str, *,
-                  metric: str, title: str = '') -> str:
+                  metric: str, title: str = '', second: bool = False) -> str:
+  """`metric` is the name of what is plotted: the summary's, or with `second` the other one."""
   scale, label = _scale(metric)
   fig, ax = plt.subplots(figsize=(7, 4.5))
   for i, s in enumerate(summaries):
@@ -67,17 +80,16 @@ def plot_vs_bytes(summaries: Sequence[summary_lib.ConfigSummary], path: str, *,
     if not trained.any():
       continue
     color = f'C{i % 10}'
+    mean, std, final = _curve(s, second)
     x = s.cumulative_bytes[trained] / 1e6
-    ax.plot(x, scale * s.curve_mean[trained], color=color, linewidth=1.2, alpha=0.8,
-            label=s.config)
-    _band(ax, x, s.curve_mean[trained], s.curve_std[trained], len(s.seeds), scale, color)
+    ax.plot(x, scale * mean[trained], color=color, linewidth=1.2, alpha=0.8, label=s.config)
+    _band(ax, x, mean[trained], std[trained], len(s.seeds), scale, color)
     total = (s.bytes_down + s.bytes_up) / 1e6
-    if not math.isnan(s.metric.mean):
+    if not math.isnan(final.mean):
       err = None
-      if s.metric.n > 1:
-        err = [[scale * (s.metric.mean - s.metric.ci_low)],
-               [scale * (s.metric.ci_high - s.metric.mean)]]
-      ax.errorbar([total], [scale * s.metric.mean], yerr=err, fmt='o', color=color,
+      if final.n > 1:
+        err = [[scale * (final.mean - final.ci_low)], [scale * (final.ci_high - final.mean)]]
+      ax.errorbar([total], [scale * final.mean], yerr=err, fmt='o', color=color,
                   capsize=3, markersize=4)
   ax.set_xscale('log')
   for axis_formatter in (ax.xaxis.set_major_formatter, ax.xaxis.set_minor_formatter):
@@ -90,10 +102,17 @@ def plot_vs_bytes(summaries: Sequence[summary_lib.ConfigSummary], path: str, *,
 
 
 def write(out_dir: str, summaries, *, metric: str, title: str = '') -> list:
+  """The plots of `metric` and, when it is the loss, of the accuracy too; their paths."""
   os.makedirs(out_dir, exist_ok=True)
-  return [
-      plot_vs_rounds(summaries, os.path.join(out_dir, f'{metric}_vs_rounds.png'),
-                     metric=metric, title=title),
-      plot_vs_bytes(summaries, os.path.join(out_dir, f'{metric}_vs_bytes.png'),
-                    metric=metric, title=title),
-  ]
+  plotted = [(metric, False)]
+  if metric == 'loss':
+    plotted.append((summary_lib.second_metric(metric), True))
+  paths = []
+  for name, second in plotted:
+    paths += [
+        plot_vs_rounds(summaries, os.path.join(out_dir, f'{name}_vs_rounds.png'),
+                       metric=name, title=title, second=second),
+        plot_vs_bytes(summaries, os.path.join(out_dir, f'{name}_vs_bytes.png'),
+                      metric=name, title=title, second=second),
+    ]
+  return paths

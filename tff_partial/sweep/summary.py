@@ -120,7 +120,7 @@ class RunResult:
   final: Mapping[str, float]
   rounds: np.ndarray  # evaluation rounds, from 0 (the initial model)
   metric: np.ndarray  # evaluation/<metric> at `rounds`
-  loss: np.ndarray
+  second: np.ndarray  # evaluation/<second_metric(metric)> at `rounds` (nan: not logged)
   cumulative_bytes: np.ndarray  # bytes per client (down + up) up to each of `rounds`
   bytes_down: int
   bytes_up: int
@@ -177,7 +177,8 @@ def read_run(sweep_dir: str, run: plan.Run, metric: str) -> Optional[RunResult]:
   return RunResult(
       run_id=run.run_id, config=run.config, seed=run.seed, final=final, rounds=rounds,
       metric=np.array([_float(r[f'evaluation/{metric}']) for r in evaluated]),
-      loss=np.array([_float(r.get('evaluation/loss')) for r in evaluated]),
+      second=np.array([_float(r.get(f'evaluation/{second_metric(metric)}'))
+                       for r in evaluated]),
       cumulative_bytes=np.array([cumulative.get(int(k), 0) for k in rounds], dtype=np.int64),
       bytes_down=sum(d for d, _ in per_round.values()),
       bytes_up=sum(u for _, u in per_round.values()),
@@ -203,6 +204,8 @@ class ConfigSummary:
   rounds: np.ndarray  # evaluation rounds common to all seeds
   curve_mean: np.ndarray
   curve_std: np.ndarray
+  second_curve_mean: np.ndarray  # the same for `second_metric(metric)`
+  second_curve_std: np.ndarray
   cumulative_bytes: np.ndarray
   best_round: Optional[int]
   best_value: float
@@ -219,6 +222,14 @@ class ConfigSummary:
     return self.choice.at_edge if self.choice else {}
 
 
+def _curve_stats(results: Sequence[RunResult], rounds: Sequence[int], field: str) -> tuple:
+  """Mean and sample std over runs of the curve `field` ('metric' or 'second') at `rounds`."""
+  curves = np.array([[getattr(r, field)[list(r.rounds).index(k)] for k in rounds]
+                     for r in results])
+  mean = curves.mean(axis=0)
+  return mean, (curves.std(axis=0, ddof=1) if len(results) > 1 else np.zeros_like(mean))
+
+
 def summarize_config(config, runs: Sequence[plan.Run], results: Sequence[RunResult], *,
                      metric: str, tolerance: float, window: int,
                      choice: Optional[lr_search.Choice] = None) -> ConfigSummary:
@@ -232,14 +243,14 @@ def summarize_config(config, runs: Sequence[plan.Run], results: Sequence[RunResu
   maximize = metric != 'loss'
   if results:
     rounds = sorted(set.intersection(*(set(r.rounds.tolist()) for r in results)))
-    curves = np.array([[r.metric[list(r.rounds).index(k)] for k in rounds] for r in results])
-    mean = curves.mean(axis=0)
-    std = curves.std(axis=0, ddof=1) if len(results) > 1 else np.zeros_like(mean)
+    mean, std = _curve_stats(results, rounds, 'metric')
+    second_mean, second_std = _curve_stats(results, rounds, 'second')
     first = results[0]
     cumulative = np.array([first.cumulative_bytes[list(first.rounds).index(k)] for k in rounds])
     trained = [i for i, k in enumerate(rounds) if k >= 1]
   else:
-    rounds, mean, std, cumulative, trained = [], np.array([]), np.array([]), np.array([]), []
+    rounds, cumulative, trained = [], np.array([]), []
+    mean = std = second_mean = second_std = np.array([])
   best_round, best_value, plateau, plateaued, last = None, math.nan, None, None, None
   if trained:
     values = mean[trained]
@@ -256,6 +267,7 @@ def summarize_config(config, runs: Sequence[plan.Run], results: Sequence[RunResu
       metric=describe([r.final[metric] for r in results]),
       second=describe([r.final.get(second_metric(metric), math.nan) for r in results]),
       rounds=np.asarray(rounds, dtype=np.int64), curve_mean=mean, curve_std=std,
+      second_curve_mean=second_mean, second_curve_std=second_std,
       cumulative_bytes=np.asarray(cumulative, dtype=np.int64),
       best_round=best_round, best_value=best_value, plateau_round=plateau,
       plateaued=plateaued, last_round=last,
