@@ -38,9 +38,9 @@ from tff_partial.sweep import summary
 
 RUNS_CSV = 'runs.csv'
 CURVES_DIR = 'curves'
-# metric -> (factor from the summaries' values, decimals shown): accuracy in
-# points, the loss in nats.
-METRICS = {'accuracy': (100.0, 2), 'loss': (1.0, 3)}
+# The metrics compared: accuracy in points, the loss in nats, shown as the
+# summaries show them (`summary.metric_scale`, `summary.metric_digits`).
+METRICS = ('accuracy', 'loss')
 
 
 class CompareError(ValueError):
@@ -125,7 +125,7 @@ def read_arm(summary_dir: str, config: str,
   round logged twice, by a run resumed from a checkpoint, the last).
   """
   _check_metric(metric)
-  scale, digits = METRICS[metric]
+  scale, digits = summary.metric_scale(metric)[0], summary.metric_digits(metric)
   finals = _seeds(summary_dir, config, metric)
   seeds = tuple(sorted(finals))
   if window is None:
@@ -172,7 +172,6 @@ def table(sweeps: Sequence[Tuple[str, str]], reference: str, configs: Sequence[s
   suffixes: label -> the suffix that sweep's config names end with (none: '');
   an arm `c` of sweep `label` is then the config `c + suffixes[label]`.
   """
-  _check_metric(metric)
   suffixes = dict(suffixes or {})
   unknown = sorted(set(suffixes) - {label for label, _ in sweeps})
   if unknown:

@@ -24,7 +24,9 @@ from tff_partial.sweep import summary as summary_lib
 
 
 def _scale(metric: str):
-  return (100.0, f'test {metric} (%)') if metric != 'loss' else (1.0, 'test loss')
+  """(factor, axis label): the summary tables' scale (`summary.metric_scale`)."""
+  factor, unit = summary_lib.metric_scale(metric)
+  return factor, f'test {metric}{unit}'
 
 
 def _band(ax, x, mean, std, num_seeds, scale, color):

@@ -222,12 +222,10 @@ class ConfigSummary:
     return self.choice.at_edge if self.choice else {}
 
 
-def _curve_stats(results: Sequence[RunResult], rounds: Sequence[int], field: str) -> tuple:
-  """Mean and sample std over runs of the curve `field` ('metric' or 'second') at `rounds`."""
-  curves = np.array([[getattr(r, field)[list(r.rounds).index(k)] for k in rounds]
-                     for r in results])
+def _over_seeds(curves: np.ndarray) -> tuple:
+  """Mean and sample std over the rows (runs) of `curves` (std 0 for one run)."""
   mean = curves.mean(axis=0)
-  return mean, (curves.std(axis=0, ddof=1) if len(results) > 1 else np.zeros_like(mean))
+  return mean, (curves.std(axis=0, ddof=1) if len(curves) > 1 else np.zeros_like(mean))
 
 
 def summarize_config(config, runs: Sequence[plan.Run], results: Sequence[RunResult], *,
@@ -243,10 +241,11 @@ def summarize_config(config, runs: Sequence[plan.Run], results: Sequence[RunResu
   maximize = metric != 'loss'
   if results:
     rounds = sorted(set.intersection(*(set(r.rounds.tolist()) for r in results)))
-    mean, std = _curve_stats(results, rounds, 'metric')
-    second_mean, second_std = _curve_stats(results, rounds, 'second')
-    first = results[0]
-    cumulative = np.array([first.cumulative_bytes[list(first.rounds).index(k)] for k in rounds])
+    # Where each run logged those rounds (its rounds are ascending: read_metrics_csv's order).
+    at = [np.searchsorted(r.rounds, rounds) for r in results]
+    mean, std = _over_seeds(np.array([r.metric[i] for r, i in zip(results, at)]))
+    second_mean, second_std = _over_seeds(np.array([r.second[i] for r, i in zip(results, at)]))
+    cumulative = results[0].cumulative_bytes[at[0]]
     trained = [i for i, k in enumerate(rounds) if k >= 1]
   else:
     rounds, cumulative, trained = [], np.array([]), []
@@ -332,7 +331,7 @@ def _write_csv(path: str, rows: Sequence[Mapping[str, Any]]) -> None:
 
 
 def _mean_std(st: Stats, metric: str) -> str:
-  scale, digits = _scale(metric)[0], _digits(metric)
+  scale, digits = metric_scale(metric)[0], metric_digits(metric)
   if st.n == 0 or math.isnan(st.mean):
     return ''
   if st.n == 1:
@@ -341,7 +340,7 @@ def _mean_std(st: Stats, metric: str) -> str:
 
 
 def _interval(st: Stats, metric: str) -> str:
-  scale, digits = _scale(metric)[0], _digits(metric)
+  scale, digits = metric_scale(metric)[0], metric_digits(metric)
   if st.n < 2 or math.isnan(st.mean):
     return ''
   return f'[{scale * st.ci_low:.{digits}f}, {scale * st.ci_high:.{digits}f}]'
@@ -363,12 +362,12 @@ def _cpu_path_note(results: Sequence[RunResult]) -> list:
   return lines
 
 
-def _scale(metric: str) -> tuple:
+def metric_scale(metric: str) -> tuple:
   """(factor, unit) a metric is shown in: the loss as it is, other metrics in %."""
   return (1.0, '') if metric == 'loss' else (100.0, ' (%)')
 
 
-def _digits(metric: str) -> int:
+def metric_digits(metric: str) -> int:
   """Decimals a metric is shown with: the loss three (nats), a percentage two."""
   return 3 if metric == 'loss' else 2
 
@@ -382,8 +381,7 @@ def search_table(choice, metric: str) -> list:
   (`choice.earlier`) are in italics; an unfinished or untried point is blank.
   In % (two decimals) unless the metric is the loss (three).
   """
-  scale, _ = _scale(metric)
-  digits = _digits(metric)
+  scale, digits = metric_scale(metric)[0], metric_digits(metric)
   trials = list(choice.trials) + list(choice.earlier)
   earlier = {t.name for t in choice.earlier}
   searched = [f for f in choice.values if len(lr_search.values_of(trials, f)) > 1]
@@ -455,8 +453,8 @@ def write(out_dir: str, *, name: str, description: str, summaries: Sequence[Conf
   else:
     paths.pop('lr_search')
 
-  unit = _scale(metric)[1]
-  second_unit = _scale(second)[1]
+  unit = metric_scale(metric)[1]
+  second_unit = metric_scale(second)[1]
   tuned = _tuned_names(summaries)
   lines = [f'# Sweep `{name}`', '']
   if description:
@@ -488,7 +486,7 @@ def write(out_dir: str, *, name: str, description: str, summaries: Sequence[Conf
       source = '' if by == s.config else f' (values from `{by}`\'s search)'
       lines.append(f'- `{s.config}`{source}: {s.choice.edge_text()}.')
   lines += _cpu_path_note(results)
-  search_unit = _scale(search_metric)[1]
+  search_unit = metric_scale(search_metric)[1]
   for config, choice in choices.items():
     lines += ['', f'Search of `{config}`: mean validation {search_metric}{search_unit} per grid '
               'point, the chosen one in bold:', '']
