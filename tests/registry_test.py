@@ -8,6 +8,8 @@ import tarfile
 from unittest import mock
 
 from absl.testing import absltest
+import numpy as np
+import tensorflow as tf
 import tensorflow_federated as tff
 
 from tasks import data_utils
@@ -112,6 +114,47 @@ class RegistryTest(absltest.TestCase):
   def test_duplicate_registration_raises(self):
     with self.assertRaisesRegex(ValueError, 'already registered'):
       registry.register_task('emnist_cnn', lambda **_: None, flag_prefix='emnist')
+
+
+class PreprocessTrainClientTest(absltest.TestCase):
+  """`Task.preprocess_train_client`: the eager batches, traced once."""
+
+  def _batches(self, dataset):
+    return [tf.nest.flatten(b) for b in dataset.as_numpy_iterator()]
+
+  def assertSameBatches(self, a, b):
+    self.assertLen(a, len(b))
+    for x, y in zip(a, b):
+      for u, v in zip(x, y, strict=True):
+        np.testing.assert_array_equal(u, v)
+
+  def test_traced_once_and_same_batches_as_eager(self):
+    for name in ('shakespeare_word', 'stackoverflow_tags'):
+      task = registry.create_task(name, data_source='synthetic',
+                                  train_client_spec=tff.simulation.baselines.ClientSpec(
+                                      num_epochs=1, batch_size=4, shuffle_buffer_size=1))
+      for client in task.train_data.client_ids:
+        raw = task.train_data.create_tf_dataset_for_client(client)
+        eager = self._batches(task.baseline.datasets.train_preprocess_fn(raw))
+        self.assertNotEmpty(eager)
+        self.assertSameBatches(self._batches(task.preprocess_train_client(raw)), eager)
+      self.assertEqual(task._traced_train_preprocess.experimental_get_tracing_count(), 1)
+
+  def test_random_preprocessing_stays_eager(self):
+    # CIFAR-10's crops and flips take their seeds from the global seed, which
+    # the training loop sets per client: a traced copy would keep the first.
+    task = registry.create_task('cifar10_resnet18', train_client_spec=_SPEC,
+                                data_source='synthetic')
+    # One example: with more, the parallel map hands the random draws to the
+    # examples in any order unless op determinism is on (process-wide).
+    raw = task.train_data.create_tf_dataset_for_client(task.train_data.client_ids[0]).take(1)
+    runs = {}
+    for seed in (1, 2):
+      tf.random.set_seed(seed)
+      runs[seed] = self._batches(task.preprocess_train_client(raw))
+      tf.random.set_seed(seed)
+      self.assertSameBatches(runs[seed], self._batches(task.baseline.datasets.train_preprocess_fn(raw)))
+    self.assertFalse(np.array_equal(runs[1][0][0], runs[2][0][0]))
 
 
 class EmnistModelsTest(absltest.TestCase):
