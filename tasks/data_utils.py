@@ -137,8 +137,9 @@ def tokenizing_preprocess_fn(
   of the whole vocabulary, anew on every call, i.e. for every client of every
   round, and TensorFlow never returns an eagerly built table's memory (nor all
   of a traced map function's). Measured with TF 2.14 (issue 16): 0.85 MB of
-  RSS kept per 10,000-word table, after `gc.collect()`, and a DP
-  `shakespeare_word` run of 20 clients a round grew by about 30 MB a round.
+  RSS kept per 10,000-word table, after `gc.collect()` (a DP
+  `shakespeare_word` run of 20 clients a round grew by 24-30 MB a round;
+  `registry.Task.preprocess_train_client` removes the rest).
   This does the same steps in the same order with `to_ids` (and the table it
   holds) built once by the caller, so the batches are the same.
   `default_shuffle_buffer_size`: the buffer where `spec` gives none (TFF's

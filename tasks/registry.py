@@ -124,9 +124,9 @@ class Task:
     Called eagerly, the preprocessing traces its map functions (and TFF's
     text tasks build their lookup tables) anew for every client of every
     round, and TF 2.14 never returns all of the memory each one takes:
-    measured 1.1 MB of RSS kept per `shakespeare_word` client dataset (0.3 in
-    one `tf.function`), and a 20-client DP run grew by about 30 MB a round
-    (issue 16). In one `tf.function` they are traced on the first call only;
+    measured 1.1 MB of RSS kept per `shakespeare_word` client dataset (none
+    in one `tf.function`), and a 20-client DP run grew by 24-30 MB a round
+    (issue 16, docs/architecture.md). In one `tf.function` they are traced on the first call only;
     the ops are the same, so are the batches (tests/registry_test.py).
     Tasks with `random_preprocessing` stay eager: their random ops take their
     seeds from the global seed when traced, which the training loop sets per
