@@ -4,7 +4,7 @@ import errno
 import hashlib
 import os
 import tarfile
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import Mapping, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -120,59 +120,3 @@ def client_data_from_arrays(
 ) -> tff.simulation.datasets.ClientData:
   """An in-memory `ClientData` from {client_id: {feature: array}}."""
   return InMemoryClientData(per_client)
-
-
-def tokenizing_preprocess_fn(
-    spec: tff.simulation.baselines.ClientSpec,
-    to_ids: Callable[[Any], tf.Tensor],
-    finish: Callable[[tf.data.Dataset], tf.data.Dataset],
-    default_shuffle_buffer_size: int,
-) -> Callable[[tf.data.Dataset], tf.data.Dataset]:
-  """TFF's baseline text preprocessing with its tokenizer built once per task.
-
-  The word, tag and character preprocessing of `tff.simulation.baselines`
-  each do, per dataset: shuffle (when `spec.shuffle_buffer_size` > 1), repeat
-  `spec.num_epochs`, take `spec.max_elements`, map a tokenizer, then batch
-  (`finish`). But they build the tokenizer, a `tf.lookup.StaticVocabularyTable`
-  of the whole vocabulary, anew on every call, i.e. for every client of every
-  round, and TensorFlow never returns an eagerly built table's memory (nor all
-  of a traced map function's). Measured with TF 2.14 (issue 16): 0.85 MB of
-  RSS kept per 10,000-word table, after `gc.collect()` (a DP
-  `shakespeare_word` run of 20 clients a round grew by 24-30 MB a round;
-  `registry.Task.preprocess_train_client` removes the rest).
-  This does the same steps in the same order with `to_ids` (and the table it
-  holds) built once by the caller, so the batches are the same.
-  `default_shuffle_buffer_size`: the buffer where `spec` gives none (TFF's
-  constant of the same preprocessing).
-  """
-  shuffle_buffer_size = spec.shuffle_buffer_size
-  if shuffle_buffer_size is None:
-    shuffle_buffer_size = default_shuffle_buffer_size
-
-  def preprocess_fn(dataset: tf.data.Dataset) -> tf.data.Dataset:
-    if shuffle_buffer_size > 1:
-      dataset = dataset.shuffle(shuffle_buffer_size)
-    if spec.num_epochs > 1:
-      dataset = dataset.repeat(spec.num_epochs)
-    if spec.max_elements is not None:
-      dataset = dataset.take(spec.max_elements)
-    return finish(dataset.map(to_ids, num_parallel_calls=tf.data.AUTOTUNE))
-
-  return preprocess_fn
-
-
-_word_pre = tff.simulation.baselines.stackoverflow.word_prediction_preprocessing
-
-
-def word_preprocess_fn(spec: tff.simulation.baselines.ClientSpec, vocab: list[str],
-                       sequence_length: int) -> Callable[[tf.data.Dataset], tf.data.Dataset]:
-  """TFF's Stack Overflow next-word preprocessing (`word_prediction_preprocessing.
-  create_preprocess_fn`, one out-of-vocabulary bucket) with its vocabulary
-  table built once (`tokenizing_preprocess_fn`)."""
-  if not vocab or sequence_length < 1:
-    raise ValueError(f'need a non-empty vocab and sequence_length >= 1, got '
-                     f'{len(vocab)} words and {sequence_length}')
-  return tokenizing_preprocess_fn(
-      spec, _word_pre.build_to_ids_fn(vocab, sequence_length),
-      lambda dataset: _word_pre.batch_and_split(dataset, sequence_length, spec.batch_size),
-      tff.simulation.baselines.stackoverflow.constants.DEFAULT_SHUFFLE_BUFFER_SIZE)

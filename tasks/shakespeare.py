@@ -241,8 +241,8 @@ def create_word_task(*, train_client_spec, eval_client_spec, data_source, data_d
   vocab += [f'<unused{i}>' for i in range(vocab_size - len(vocab))]
 
   def preprocess(spec):
-    word_fn = data_utils.word_preprocess_fn(spec, vocab, sequence_length)
-    return lambda dataset: word_fn(_to_sentence_dataset(dataset))
+    tff_fn = _word_pre.create_preprocess_fn(spec, vocab, sequence_length)
+    return lambda dataset: tff_fn(_to_sentence_dataset(dataset))
 
   def keras_model_fn():
     return create_word_model(vocab_size, sequence_length, embedding_dim, units)

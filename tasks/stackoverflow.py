@@ -231,11 +231,11 @@ def create_nwp_task(*, train_client_spec, eval_client_spec, data_source, data_di
   train, test, source = load_stackoverflow(data_source, cache_dir)
   vocab = _vocab('word', vocab_size, source, cache_dir)
   special = _word_pre.get_special_tokens(vocab_size, num_out_of_vocab_buckets=1)
-  word_train_fn = data_utils.word_preprocess_fn(train_client_spec, vocab, sequence_length)
+  tff_train_fn = _word_pre.create_preprocess_fn(train_client_spec, vocab, sequence_length)
 
   def train_preprocess_fn(dataset):
     # At most `max_sentences_per_client` sentences, then TFF's epochs/batching.
-    return word_train_fn(dataset.take(max_sentences_per_client))
+    return tff_train_fn(dataset.take(max_sentences_per_client))
 
   def keras_model_fn():
     return create_transformer(vocab_size, sequence_length, num_layers, embed_dim,
@@ -250,7 +250,7 @@ def create_nwp_task(*, train_client_spec, eval_client_spec, data_source, data_di
       train_data=train,
       test_data=test,
       train_preprocess_fn=train_preprocess_fn,
-      eval_preprocess_fn=data_utils.word_preprocess_fn(eval_client_spec, vocab, sequence_length),
+      eval_preprocess_fn=_word_pre.create_preprocess_fn(eval_client_spec, vocab, sequence_length),
       keras_model_fn=keras_model_fn,
       loss_fn=data_utils.padding_ignoring_loss,
       metrics_fn=metrics_fn,
@@ -299,19 +299,11 @@ def create_tags_task(*, train_client_spec, eval_client_spec, data_source, data_d
   def keras_model_fn():
     return create_logistic_regression(vocab_size, num_tags)
 
-  def preprocess(spec):
-    # TFF's `tag_prediction_preprocessing.create_preprocess_fn` with its two
-    # tables built once per task (see `data_utils.tokenizing_preprocess_fn`).
-    return data_utils.tokenizing_preprocess_fn(
-        spec, _tag_pre.build_to_ids_fn(word_vocab, tag_vocab),
-        lambda dataset: dataset.batch(spec.batch_size),
-        tff.simulation.baselines.stackoverflow.constants.DEFAULT_SHUFFLE_BUFFER_SIZE)
-
   baseline = registry.make_baseline_task(
       train_data=train,
       test_data=test,
-      train_preprocess_fn=preprocess(train_client_spec),
-      eval_preprocess_fn=preprocess(eval_client_spec),
+      train_preprocess_fn=_tag_pre.create_preprocess_fn(train_client_spec, word_vocab, tag_vocab),
+      eval_preprocess_fn=_tag_pre.create_preprocess_fn(eval_client_spec, word_vocab, tag_vocab),
       keras_model_fn=keras_model_fn,
       loss_fn=_tags_loss,
       metrics_fn=_tags_metrics,

@@ -5,11 +5,9 @@ import tempfile
 from absl.testing import flagsaver
 import numpy as np
 import tensorflow as tf
-import tensorflow_federated as tff
 
 from scripts import flag_groups
 from scripts.methods import fedavg
-from tasks import data_utils
 from tasks import registry
 from tasks import shakespeare
 from tff_partial.training import loop
@@ -154,21 +152,6 @@ class WordTaskTest(tf.test.TestCase):
     self.assertAllEqual(x[:, 1:], y[:, :-1])  # targets are shifted inputs
     _, _, history = task_testing.run_fedavg(task, num_rounds=1, clients_per_round=2)
     self.assertGreater(history[0]['num_examples'], 0)
-
-  def test_word_preprocessing_is_tffs_with_one_table(self):
-    # data_utils.word_preprocess_fn builds the vocabulary table once per task
-    # (TFF's builds one per call, memory TF keeps): same batches as TFF's.
-    vocab = ['the', 'and', 'to', 'of', 'i']
-    spec = testing_utils.client_spec(2, 3, 7)
-    train = _h5_task('shakespeare_word').train_data
-    raw = shakespeare._to_sentence_dataset(
-        train.create_tf_dataset_for_client(train.client_ids[1]))
-    ours = list(data_utils.word_preprocess_fn(spec, vocab, 6)(raw).as_numpy_iterator())
-    tffs = list(tff.simulation.baselines.stackoverflow.word_prediction_preprocessing
-                .create_preprocess_fn(spec, vocab, 6)(raw).as_numpy_iterator())
-    self.assertLen(ours, 3)  # 7 of the sentences of 2 epochs, in batches of 3
-    for a, b in zip(ours, tffs, strict=True):
-      self.assertAllEqual(a, b)
 
   def test_tff_loss_skips_padding_labels(self):
     # TFF's `from_keras_model` loses the Embedding's Keras mask before the loss,
