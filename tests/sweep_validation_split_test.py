@@ -46,6 +46,18 @@ class ValidationSplitTest(tf.test.TestCase):
     self.assertBetween(evaluated / 14_697, 0.09, 0.11)
     self.assertEqual(self.task.eval_split, 'test')
 
+  def test_split_traced_once_and_same_examples_as_eager(self):
+    # A client's split is built by one tf.function traced on the first
+    # client (an eager split kept memory per client and round); the eager
+    # split (`_split`) picks the same examples in the same order.
+    train = self.task.with_validation_split(0.1, seed=3).train_data
+    base = self.task.train_data
+    for client_id in base.client_ids[:10]:
+      eager = _examples(train._split(base.create_tf_dataset_for_client(client_id), client_id))
+      self.assertNotEmpty(eager)
+      self.assertEqual(_examples(train.create_tf_dataset_for_client(client_id)), eager)
+    self.assertEqual(train._traced_split.experimental_get_tracing_count(), 1)
+
   def test_same_seed_same_split_other_seed_other_split(self):
     client_id = self.task.train_data.client_ids[0]
 
