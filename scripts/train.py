@@ -148,6 +148,7 @@ def train_built(task: registry.Task, built: method_lib.BuiltMethod,
       print_fn=print_fn,
       privacy_note=choice.privacy_note,
       flag_defaults=run_flags_defaults(run_flags),
+      worker_restart_mb=runtime_flags.LOCAL_WORKER_RESTART_MB.value,
   )
 
 

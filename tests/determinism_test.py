@@ -12,6 +12,7 @@ both CPU paths (`TF_ENABLE_ONEDNN_OPTS=0` and `=1`, see the Makefile).
 import csv
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -41,14 +42,14 @@ class KilledAndRestartedRunsTest(unittest.TestCase):
     self.root = tempfile.mkdtemp()
     self.addCleanup(shutil.rmtree, self.root, ignore_errors=True)
 
-  def _start(self, name, task='emnist_2nn', total_rounds=5, cores=None):
+  def _start(self, name, task='emnist_2nn', total_rounds=5, cores=None, extra_flags=()):
     flags = [
         f'--task={task}', '--algorithm=fedavg', '--data_source=leaf',
         f'--data_dir={testing_utils.shared_data(testing_utils.FEMNIST)}',
         f'--cache_dir={testing_utils.cache_dir()}',
         f'--total_rounds={total_rounds}', '--clients_per_round=3', '--client_max_batches=3',
         '--rounds_per_checkpoint=2', f'--rounds_per_eval={total_rounds}', '--seed=3',
-        f'--root_output_dir={self.root}', f'--experiment_name={name}']
+        f'--root_output_dir={self.root}', f'--experiment_name={name}', *extra_flags]
     # `cores`: the CPUs the run (and TFF's worker, its child) may use.
     pin = ['taskset', '-c', ','.join(map(str, cores))] if cores is not None else []
     # Its own process group: a kill takes TFF's worker with it.
@@ -57,9 +58,11 @@ class KilledAndRestartedRunsTest(unittest.TestCase):
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
         env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2'), start_new_session=True)
 
-  def _finish(self, process):
+  def _finish(self, process) -> str:
+    """Waits for the run; returns its stderr."""
     _, err = process.communicate(timeout=_TIMEOUT_S)
     self.assertEqual(process.returncode, 0, err.decode()[-3000:])
+    return err.decode()
 
   def _kill_each_when(self, *pending):
     """SIGKILLs each (process, condition) as soon as its condition holds.
@@ -130,6 +133,11 @@ class KilledAndRestartedRunsTest(unittest.TestCase):
 
   def test_killed_and_restarted_runs_equal_an_uninterrupted_one(self):
     full = self._start('full')
+    # TFF's worker restarted before every round (the loop
+    # restarts it once it has grown by --local_worker_restart_mb, 1,024 MB
+    # by default, as it keeps memory): the same numbers as well.
+    restarted_workers = self._start('restarted_workers',
+                                    extra_flags=['--local_worker_restart_mb=0'])
     after_checkpoint = self._start('after_checkpoint')
     mid_round = self._start('mid_round')
     self._kill_each_when((after_checkpoint, lambda: os.path.isdir(
@@ -140,10 +148,14 @@ class KilledAndRestartedRunsTest(unittest.TestCase):
     restarted = [self._start('after_checkpoint'), self._start('mid_round')]
     for process in [full, *restarted]:
       self._finish(process)
+    log = self._finish(restarted_workers)
+    self.assertEqual(
+        [int(r) for r in re.findall(r'Restarted the local TFF worker before round (\d+)', log)],
+        [1, 2, 3, 4, 5])
 
     self.assertEqual([r['round_num'] for r in _rows(os.path.join(self._dir('full'), 'metrics.csv'))],
                      ['0', '1', '2', '3', '4', '5'])
-    self._assert_same_results('full', 'after_checkpoint', 'mid_round')
+    self._assert_same_results('full', 'after_checkpoint', 'mid_round', 'restarted_workers')
 
 
 if __name__ == '__main__':

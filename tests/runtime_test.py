@@ -3,6 +3,7 @@
 
 import asyncio
 import gc
+import math
 import os
 import shutil
 import signal
@@ -188,6 +189,26 @@ class LocalRuntimeTest(absltest.TestCase):
     self.assertEqual(process.environ().get('TF_NUM_INTRAOP_THREADS'),
                      os.environ.get('TF_NUM_INTRAOP_THREADS'))
     self.assertIn('--max_concurrent_computation_calls=-1', process.cmdline())
+
+  def test_restarted_worker_gives_the_same_results(self):
+    process, data = rt.fedavg_process(), rt.client_data()
+    runtime.configure(None)
+    self.assertFalse(local.restart_local_worker())  # no worker yet: nothing to do
+    self.assertTrue(math.isnan(local.local_worker_rss_mb()))
+    state = rt.train(process, data, 1)
+    context = tff.framework.get_context_stack().current
+    first = context.worker
+    self.assertGreater(local.local_worker_rss_mb(), 10)
+    self.assertTrue(local.restart_local_worker())
+    self.assertFalse(first.alive())
+    self.assertIsNone(context.worker)
+    restarted = rt.weights(process, process.next(state, data).state)
+    self.assertTrue(context.worker.alive())
+    self.assertNotEqual(context.worker.process.pid, first.process.pid)
+    uninterrupted = rt.weights(process, rt.train(process, data, 2))
+    self.assertLen(restarted, 2)
+    for a, b in zip(uninterrupted, restarted):
+      np.testing.assert_array_equal(a, b)
 
   def test_replacing_tffs_context_does_not_hang_when_sigint_is_ignored(self):
     # A background job of a non-interactive shell (and a pytest-xdist worker)

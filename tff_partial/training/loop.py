@@ -20,6 +20,7 @@ import collections
 import contextlib
 import dataclasses
 import json
+import math
 import os
 import time
 from typing import Any, Callable, Optional, Sequence
@@ -30,6 +31,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tasks import registry
+from tff_partial.runtime import local as local_runtime
 from tff_partial.training import atomic
 from tff_partial.training import method as method_lib
 from tff_partial.training import resumable
@@ -165,6 +167,34 @@ def build_client_selection_fn(
             for index, client_id in enumerate(chosen)]
 
   return select
+
+
+def _restarting_worker(select: Callable[[int], list], restart_mb: float) -> Callable[[int], list]:
+  """`select`, first restarting the local worker once it has grown by `restart_mb`.
+
+  Growth is counted from the worker's resident memory when first measured
+  here (before round 1, or after the first round a restarted worker ran).
+  TFF's `run_training_process` calls the selection right before each round's
+  `next`: the one per-round hook it has. Negative `restart_mb`:
+  never restart.
+  """
+  if restart_mb < 0:
+    return select
+  baseline = None
+
+  def select_after_restart(round_num: int) -> list:
+    nonlocal baseline
+    rss = local_runtime.local_worker_rss_mb()
+    if not math.isnan(rss):
+      if baseline is None:
+        baseline = rss
+      if rss - baseline >= restart_mb and local_runtime.restart_local_worker():
+        logging.info('Restarted the local TFF worker before round %d: it held %.0f MB, '
+                     '%.0f more than when first measured', round_num, rss, rss - baseline)
+        baseline = None
+    return select(round_num)
+
+  return select_after_restart
 
 
 def client_value(task: registry.Task, built: method_lib.BuiltMethod, seed: int,
@@ -364,11 +394,17 @@ def run_training(
     print_fn: Optional[Callable[[str], None]] = None,
     privacy_note: Optional[str] = None,
     flag_defaults: Optional[dict] = None,
+    worker_restart_mb: float = local_runtime.DEFAULT_WORKER_RESTART_MB,
 ) -> TrainingResult:
   """Trains `built.process` on `task`; resumes from `output_dir` if it holds a run.
 
   With `output_dir=None` nothing is written (no checkpoints, no resume).
   `privacy_note` (e.g. a public DP noise seed's) follows every epsilon printed.
+  `worker_restart_mb`: on the local runtime, its TFF worker is restarted
+  before a round once it has grown by this many MB since the loop first
+  measured it
+  (`local.LocalContext.restart_worker`: it keeps megabytes a round); the
+  results are the same. Negative: never.
   """
   if clients_per_round > task.population:
     raise ValueError(
@@ -445,8 +481,9 @@ def run_training(
 
   final_state = tff.simulation.run_training_process(
       training_process=process,
-      training_selection_fn=build_client_selection_fn(
-          task, built, clients_per_round, seed, client_indices_fn),
+      training_selection_fn=_restarting_worker(
+          build_client_selection_fn(task, built, clients_per_round, seed, client_indices_fn),
+          worker_restart_mb),
       total_rounds=total_rounds,
       evaluation_fn=evaluation_fn,
       evaluation_selection_fn=lambda round_num: None,

@@ -19,7 +19,8 @@ RESUMABLE_FLAG_CHANGES = frozenset(
     {'total_rounds', 'rounds_per_eval', 'rounds_per_checkpoint', 'workers',
      'allow_remote_workers', 'worker_rpc_timeout_s', 'worker_max_clients_per_subround',
      'deterministic', 'client_loop_resolved', 'local_client_parallelism',
-     'local_client_parallelism_resolved', 'cpu_path_resolved'})
+     'local_client_parallelism_resolved', 'cpu_path_resolved',
+     'local_worker_restart_mb'})
 
 # The flags.json key naming the CPU path a run started on (recorded, not compared).
 CPU_PATH_KEY = 'cpu_path_resolved'
