@@ -62,10 +62,10 @@ LOCAL_CLIENT_PARALLELISM = flags.DEFINE_string(
 LOCAL_WORKER_RESTART_MB = flags.DEFINE_integer(
     'local_worker_restart_mb', local.DEFAULT_WORKER_RESTART_MB,
     'Without --workers: restart the local TFF worker before a round once it '
-    'has grown by this many MB since the loop first measured it. It keeps memory it '
-    'never gives back (5-10 MB a round measured on shakespeare_word: 2.7 GB '
-    'after 400 rounds); a restart costs about 10 s and changes no result. '
-    '0: before every round; negative: never.')
+    'has grown by this many MB since the loop first measured it. It keeps '
+    'memory it never gives back (5-10 MB a round measured on '
+    'shakespeare_word: 2.7 GB after 400 rounds); a restart cost 12 s there '
+    'and changes no result. 0: before every round; negative: never.')
 
 FLAG_NAMES = ('workers', 'allow_remote_workers', 'worker_rpc_timeout_s',
               'worker_max_clients_per_subround', 'local_client_parallelism',

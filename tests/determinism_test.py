@@ -133,9 +133,9 @@ class KilledAndRestartedRunsTest(unittest.TestCase):
 
   def test_killed_and_restarted_runs_equal_an_uninterrupted_one(self):
     full = self._start('full')
-    # TFF's worker restarted before every round (the loop
-    # restarts it once it has grown by --local_worker_restart_mb, 1,024 MB
-    # by default, as it keeps memory): the same numbers as well.
+    # TFF's worker restarted before every round (the loop restarts it once
+    # it has grown by --local_worker_restart_mb, 1,024 MB by default, as it
+    # keeps memory): the same numbers as well.
     restarted_workers = self._start('restarted_workers',
                                     extra_flags=['--local_worker_restart_mb=0'])
     after_checkpoint = self._start('after_checkpoint')

@@ -186,8 +186,8 @@ class LocalContext(sync_execution_context.SyncExecutionContext):
     memory back. Measured (shakespeare_word, 20 clients a round, DP-FTRL):
     5-10 MB a round, 0.75 to 2.7 GB over 400 rounds. Not found why (issue 16,
     docs/architecture.md); glibc settings (`MALLOC_ARENA_MAX=2`, a fixed
-    `MALLOC_MMAP_THRESHOLD_`) slowed it by a quarter to a half, no more. The worker
-    keeps no state between computations that changes their results (every
+    `MALLOC_MMAP_THRESHOLD_`) slowed it by a quarter to a half, no more. The
+    worker keeps no state between computations that changes their results (every
     value comes from this process each call, as when a run resumes in a new
     process: tests/determinism_test.py), so a restart costs only the
     worker's start and the first call's setup of each computation (a

@@ -175,8 +175,8 @@ def _restarting_worker(select: Callable[[int], list], restart_mb: float) -> Call
   Growth is counted from the worker's resident memory when first measured
   here (before round 1, or after the first round a restarted worker ran).
   TFF's `run_training_process` calls the selection right before each round's
-  `next`: the one per-round hook it has. Negative `restart_mb`:
-  never restart.
+  `next`: the one per-round hook it has. Negative `restart_mb`: never
+  restart.
   """
   if restart_mb < 0:
     return select
@@ -402,9 +402,8 @@ def run_training(
   `privacy_note` (e.g. a public DP noise seed's) follows every epsilon printed.
   `worker_restart_mb`: on the local runtime, its TFF worker is restarted
   before a round once it has grown by this many MB since the loop first
-  measured it
-  (`local.LocalContext.restart_worker`: it keeps megabytes a round); the
-  results are the same. Negative: never.
+  measured it (`local.LocalContext.restart_worker`: it keeps megabytes a
+  round); the results are the same. 0: before every round; negative: never.
   """
   if clients_per_round > task.population:
     raise ValueError(
