@@ -30,7 +30,6 @@ import threading
 from typing import Optional
 
 import grpc
-import psutil
 import tensorflow_federated as tff
 from tensorflow_federated.python.core.backends.native import compiler
 from tensorflow_federated.python.core.environments.tensorflow_frontend import tensorflow_computation
@@ -211,8 +210,8 @@ def local_worker_rss_mb() -> float:
   if worker is None or not worker.alive():
     return math.nan
   try:
-    return psutil.Process(worker.process.pid).memory_info().rss / 2**20
-  except psutil.Error:
+    return worker.rss_bytes() / 2**20
+  except (OSError, workers_lib.WorkerError):  # it exited meanwhile
     return math.nan
 
 

@@ -166,13 +166,23 @@ def listening_addresses(pid: int, port: int) -> set:
   return found
 
 
-def peak_rss_bytes(pid: int) -> int:
-  """Peak resident set size of process `pid` (VmHWM of /proc/PID/status)."""
+def _status_bytes(pid: int, field: str) -> int:
+  """A size field (kB) of /proc/PID/status, in bytes."""
   with open(f'/proc/{pid}/status') as f:
     for line in f:
-      if line.startswith('VmHWM:'):
+      if line.startswith(f'{field}:'):
         return int(line.split()[1]) * 1024
-  raise WorkerError(f'no VmHWM for process {pid}')
+  raise WorkerError(f'no {field} for process {pid}')
+
+
+def peak_rss_bytes(pid: int) -> int:
+  """Peak resident set size of process `pid` (VmHWM of /proc/PID/status)."""
+  return _status_bytes(pid, 'VmHWM')
+
+
+def rss_bytes(pid: int) -> int:
+  """Resident set size of process `pid` now (VmRSS of /proc/PID/status)."""
+  return _status_bytes(pid, 'VmRSS')
 
 
 def reset_peak_rss(pid: int) -> None:
@@ -215,6 +225,10 @@ class LocalWorker:
 
   def reset_peak_rss(self) -> None:
     reset_peak_rss(self.process.pid)
+
+  def rss_bytes(self) -> int:
+    """Resident memory of the worker now (VmRSS)."""
+    return rss_bytes(self.process.pid)
 
   def wait_ready(self, timeout_s: float = 60.0) -> None:
     """Waits until the worker answers, then checks where it listens.
