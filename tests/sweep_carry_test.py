@@ -497,6 +497,44 @@ class ExtendedSearchGridTest(absltest.TestCase):
       self._sweep('other', [0.5], bank_dir=bank)
     self.assertFalse(os.path.exists(os.path.join(self.root, 'other', manifest.MANIFEST_FILE)))
 
+  def test_a_bank_of_a_widened_search_still_copies_the_runs_waiting_for_their_search(self):
+    # A bank records the sweep's --resume_from, relative to itself: resumed
+    # from the bank in a fresh checkout, the full runs that wait for their
+    # search are copied from the earlier bank once it chooses as before.
+    earlier_bank = os.path.join(self.root, 'earlier_bank')
+    wider_bank = os.path.join(self.root, 'wider_bank')
+    self._sweep('earlier', [0.5, 1.0], bank_dir=earlier_bank)
+    _, _, trained = self._sweep('wider', [0.5, 1.0, 2.0], resume_from=earlier_bank,
+                                search_only=True, bank_dir=wider_bank)
+    self.assertEqual(trained, ['lr_search/fedavg/server_learning_rate=2.0/seed_0'])
+    with open(os.path.join(wider_bank, manifest.MANIFEST_FILE)) as f:
+      self.assertEqual(json.load(f)['resume_from'], os.path.join('..', 'earlier_bank'))
+
+    # A fresh checkout: the sweep directories gone, the banks committed.
+    shutil.rmtree(os.path.join(self.root, 'earlier'))
+    shutil.rmtree(os.path.join(self.root, 'wider'))
+    prepared, report, trained = self._sweep('wider', [0.5, 1.0, 2.0], resume_from=wider_bank)
+    self.assertEqual(trained, [])
+    self.assertIn(f'--resume_from={wider_bank} (and from {earlier_bank}, which it started '
+                  'from): 5 run(s) copied (0 to train to more rounds, 5 with the same rounds; '
+                  'unfinished copies resume from their checkpoints), 0 not copied, 2 copied if '
+                  'their search chooses as before', carry.describe(prepared.carry))
+    self.assertEqual(report.states['runs/fedavg/seed_0'], 'finished_before')
+    self.assertIn('its search chose the same values', report.reasons['runs/fedavg/seed_0'])
+    by_id = {r.run_id: r for r in prepared.runs}
+    for run_id in ('runs/fedavg/seed_1', 'runs/fixed/seed_1'):  # with their logs
+      self.assertTrue(os.path.exists(plan.log_path(os.path.join(self.root, 'wider'),
+                                                   by_id[run_id])))
+
+    # A loop of records, or the new sweep's own directory, ends the chain.
+    path = os.path.join(earlier_bank, manifest.MANIFEST_FILE)
+    with open(path) as f:
+      record = json.load(f)
+    with open(path, 'w') as f:
+      json.dump(dict(record, resume_from=os.path.join('..', 'wider_bank')), f)
+    self.assertEqual(carry._source_chain(wider_bank, self.root), [wider_bank, earlier_bank])
+    self.assertEqual(carry._source_chain(wider_bank, earlier_bank), [wider_bank])
+
   def test_the_choice_and_an_edge_warning_are_printed_before_the_full_runs_train(self):
     printed = []  # (line, how many search runs / fedavg runs had trained then)
 

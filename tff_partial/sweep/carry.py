@@ -26,7 +26,10 @@ A bank (`bank_runs`, `scripts.sweep --bank_dir`) is a sweep directory that
 holds the finished runs without their checkpoints and model weights, and
 optionally the unfinished runs with their latest checkpoint: small enough to
 commit, so that the runs of a sweep that takes more than one session survive
-a fresh checkout, which `--resume_from=<bank>` takes them back into. A banked
+a fresh checkout, which `--resume_from=<bank>` takes them back into. A bank
+records the sweep's own `--resume_from` (relative to the bank), and a run
+that the bank lacks is looked for there too, so that the runs still waiting
+for their search to choose are not trained again. A banked
 finished run cannot train on to more rounds (no checkpoint): a sweep that
 asks for more trains it from scratch.
 """
@@ -54,6 +57,7 @@ class Copy:
   run: plan.Run
   source: str
   resume: bool
+  source_dir: str  # the earlier sweep directory `source` is in (its logs are there)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,6 +69,8 @@ class CarryPlan:
   not_copied: dict  # run id -> reason
   # run id -> Copy, copied when the run starts if its search chose its values.
   if_same_choice: dict = dataclasses.field(default_factory=dict)
+  # The sweeps `source_dir` started from, looked in for runs it lacks (`_source_chain`).
+  earlier_sources: tuple = ()
 
 
 def _flags_except_resumable(run: plan.Run) -> dict:
@@ -91,7 +97,7 @@ def _searched_flags(searches: Sequence[str], runs: Sequence[plan.Run]) -> set:
 
 def _copy_of(run: plan.Run, old: plan.Run, source_dir: str) -> Copy:
   return Copy(run=run, source=plan.run_dir(source_dir, old),
-              resume=old.total_rounds < run.total_rounds)
+              resume=old.total_rounds < run.total_rounds, source_dir=source_dir)
 
 
 def planned_runs(sweep_dir: str, flag: str = 'resume_from') -> list:
@@ -111,54 +117,94 @@ def planned_runs(sweep_dir: str, flag: str = 'resume_from') -> list:
   return plan.plan_runs(spec, spec.expand(), rounds)
 
 
+def _source_chain(source_dir: str, sweep_dir: str) -> list:
+  """`source_dir`, then the sweeps it started from (each manifest's `resume_from`), in order.
+
+  A bank records the `--resume_from` of the sweep it banks, so a sweep resumed
+  from the bank in a fresh checkout still finds the earlier runs that were
+  waiting for their search to choose. Directories that are gone, repeat, or
+  are `sweep_dir` itself end the chain.
+  """
+  chain, seen = [source_dir], {os.path.realpath(source_dir), os.path.realpath(sweep_dir)}
+  while True:
+    try:
+      earlier = manifest.recorded_resume_from(chain[-1])
+    except (OSError, ValueError):
+      earlier = None
+    if earlier is None or not os.path.isdir(earlier) or os.path.realpath(earlier) in seen:
+      return chain
+    seen.add(os.path.realpath(earlier))
+    chain.append(earlier)
+
+
 def plan_copies(source_dir: str, sweep_dir: str, runs: Sequence[plan.Run]) -> CarryPlan:
   """The runs of `runs` (the new sweep's) that can start from `source_dir`'s.
 
-  Raises `manifest.SweepDirError` when `source_dir` is not a sweep directory
-  or is the new sweep's own.
+  A run that `source_dir` cannot give is looked for in the sweeps it started
+  from (`_source_chain`); the reason given for a run copied from none is
+  `source_dir`'s. Raises `manifest.SweepDirError` when `source_dir` is not a
+  sweep directory or is the new sweep's own.
   """
   if os.path.realpath(source_dir) == os.path.realpath(sweep_dir):
     raise manifest.SweepDirError(
         f'--resume_from={source_dir} is --sweep_dir itself; a rerun of the same command '
         'resumes its runs without it')
-  old_runs = {r.run_id: r for r in planned_runs(source_dir)}
+  chain = [(d, {r.run_id: r for r in planned_runs(d)})
+           for d in _source_chain(source_dir, sweep_dir)]
   copies, not_copied, later = {}, {}, {}
   for run in sorted(runs, key=lambda r: not r.is_search):  # searches first
-    old = old_runs.get(run.run_id)
-    searches = plan.dependencies(run, runs)  # the search runs choosing its values, if any
-    reason = None
-    if old is None:
-      reason = 'not a run of the earlier sweep'
-    elif not os.path.isdir(plan.run_dir(source_dir, old)):
-      reason = 'the earlier sweep has not started it'
-    elif old.is_search and (plan.train_flags(old) != plan.train_flags(run)
-                            or old.total_rounds != run.total_rounds):
-      reason = 'a search run with other flags (searches are copied only when identical)'
-    elif (diff := _differences(old, run)) and not set(diff) <= _searched_flags(searches, runs):
-      reason = 'other flags: ' + ', '.join(f'--{k}' for k in diff)
-    elif (old.total_rounds < run.total_rounds
-          and not os.path.isdir(os.path.join(plan.run_dir(source_dir, old),
-                                             resumable.CHECKPOINTS_DIR))):
-      reason = (f'the earlier run trained {old.total_rounds} rounds and has no checkpoints (a '
-                f'bank) to train on to {run.total_rounds}')
-    elif old.total_rounds > run.total_rounds:
-      reason = (f'the earlier run asks for {old.total_rounds} rounds, more than '
-                f'{run.total_rounds}')
-    elif run.tuned_by is not None:
-      missing = [s for s in searches if s not in copies]
-      if diff or missing:
-        later[run.run_id] = _copy_of(run, old, source_dir)
-        why = (f'the earlier run was trained at fixed {", ".join(f"--{k}" for k in diff)}, '
-               f'which the search ({run.tuned_by}) now chooses' if diff else
-               f'its search ({run.tuned_by}) is not copied whole')
-        reason = (why + ': copied when that search has finished, if it chooses the values '
-                  'this run trained with')
+    options = [_plan_one(run, old_runs.get(run.run_id), d, runs, copies)
+               for d, old_runs in chain]
+    item, reason = next((o for o in options if o[1] is None),
+                        next((o for o in options if o[0] is not None), options[0]))
     if reason is None:
-      copies[run.run_id] = _copy_of(run, old, source_dir)
+      copies[run.run_id] = item
     else:
       not_copied[run.run_id] = reason
+      if item is not None:
+        later[run.run_id] = item
   return CarryPlan(source_dir=source_dir, copies=list(copies.values()), not_copied=not_copied,
-                   if_same_choice=later)
+                   if_same_choice=later, earlier_sources=tuple(d for d, _ in chain[1:]))
+
+
+def _plan_one(run: plan.Run, old: Optional[plan.Run], source_dir: str,
+              runs: Sequence[plan.Run], copies: Mapping[str, Copy]) -> tuple:
+  """(a Copy or None, None or why not copied now) for `run` from `source_dir`'s run `old`.
+
+  (copy, None): copy now; (copy, reason): copy when its search chose the
+  values the earlier run trained with; (None, reason): do not copy.
+  """
+  searches = plan.dependencies(run, runs)  # the search runs choosing its values, if any
+  if old is None:
+    return None, 'not a run of the earlier sweep'
+  if not os.path.isdir(plan.run_dir(source_dir, old)):
+    return None, 'the earlier sweep has not started it'
+  if old.is_search and (plan.train_flags(old) != plan.train_flags(run)
+                        or old.total_rounds != run.total_rounds):
+    return None, 'a search run with other flags (searches are copied only when identical)'
+  diff = _differences(old, run)
+  if diff and not set(diff) <= _searched_flags(searches, runs):
+    return None, 'other flags: ' + ', '.join(f'--{k}' for k in diff)
+  if (old.total_rounds < run.total_rounds
+      and not os.path.isdir(os.path.join(plan.run_dir(source_dir, old),
+                                         resumable.CHECKPOINTS_DIR))):
+    return None, (f'the earlier run trained {old.total_rounds} rounds and has no checkpoints '
+                  f'(a bank) to train on to {run.total_rounds}')
+  if old.total_rounds > run.total_rounds:
+    return None, f'the earlier run asks for {old.total_rounds} rounds, more than {run.total_rounds}'
+  item = _copy_of(run, old, source_dir)
+  if run.tuned_by is not None:
+    # Copied at once only if its search comes whole from the same sweep (and
+    # so chooses what it trained with); a search copied from a later sweep of
+    # the chain may choose otherwise.
+    missing = [s for s in searches if s not in copies or copies[s].source_dir != source_dir]
+    if diff or missing:
+      why = (f'the earlier run was trained at fixed {", ".join(f"--{k}" for k in diff)}, '
+             f'which the search ({run.tuned_by}) now chooses' if diff else
+             f'its search ({run.tuned_by}) is not copied whole')
+      return item, (why + ': copied when that search has finished, if it chooses the values '
+                    'this run trained with')
+  return item, None
 
 
 def _copy_file(source: str, target: str) -> None:
@@ -174,11 +220,10 @@ def copy_runs(carry: CarryPlan, sweep_dir: str) -> list:
   so an interrupted copy leaves no half run directory (its leftover is
   removed by the next call).
   """
-  return [item.run.run_id for item in carry.copies
-          if _copy_run(item, carry.source_dir, sweep_dir)]
+  return [item.run.run_id for item in carry.copies if _copy_run(item, sweep_dir)]
 
 
-def _copy_run(item: Copy, source_dir: str, sweep_dir: str) -> bool:
+def _copy_run(item: Copy, sweep_dir: str) -> bool:
   """Copies one run (and its log) unless its directory exists; whether it did."""
   target = plan.run_dir(sweep_dir, item.run)
   if os.path.exists(target):
@@ -191,7 +236,7 @@ def _copy_run(item: Copy, source_dir: str, sweep_dir: str) -> bool:
         if os.path.exists(path):
           os.remove(path)
 
-  _copy_run_into_place(item.source, target, plan.log_path(source_dir, item.run),
+  _copy_run_into_place(item.source, target, plan.log_path(item.source_dir, item.run),
                        plan.log_path(sweep_dir, item.run), edit=drop_final_outputs,
                        replace_log=False)
   return True
@@ -242,7 +287,7 @@ def _round(checkpoint: Optional[str]) -> int:
 
 def bank_runs(sweep_dir: str, bank_dir: str, spec: spec_lib.SweepSpec,
               default_total_rounds: int, runs: Sequence[plan.Run],
-              checkpoints: bool = False) -> list:
+              checkpoints: bool = False, resume_from: Optional[str] = None) -> list:
   """Copies `runs` of `sweep_dir` into the bank `bank_dir`; the run ids copied.
 
   A finished run is banked once: its `flags.json`, `metrics.csv` and
@@ -255,9 +300,11 @@ def bank_runs(sweep_dir: str, bank_dir: str, spec: spec_lib.SweepSpec,
   `--resume_from` and `--summary_only --sweep_dir=<bank>` read it. A copy is
   written under a temporary name and then moved into place. Raises
   `manifest.SweepDirError` if `bank_dir` holds another spec's sweep.
+  `resume_from`: the sweep's own (if any), recorded in the bank's manifest
+  relative to the bank (`plan_copies` follows it).
   """
   check_bank(sweep_dir, bank_dir, spec)
-  manifest.write(bank_dir, spec, default_total_rounds)
+  manifest.write(bank_dir, spec, default_total_rounds, resume_from=resume_from, relative=True)
   banked = []
   for run in runs:
     source, target = plan.run_dir(sweep_dir, run), plan.run_dir(bank_dir, run)
@@ -327,7 +374,7 @@ def copy_if_same_choice(carry: Optional[CarryPlan], sweep_dir: str, run: plan.Ru
     return False
   if trained is None or any(k not in trained or trained[k] != v for k, v in values.items()):
     return False
-  return _copy_run(item, carry.source_dir, sweep_dir)
+  return _copy_run(item, sweep_dir)
 
 
 def describe(carry: Optional[CarryPlan]) -> str:
@@ -336,7 +383,9 @@ def describe(carry: Optional[CarryPlan]) -> str:
     return ''
   resumed = sum(c.resume for c in carry.copies)
   later = len(carry.if_same_choice)
-  return (f'--resume_from={carry.source_dir}: {len(carry.copies)} run(s) copied '
+  earlier = (f' (and from {", ".join(carry.earlier_sources)}, which it started from)'
+             if carry.earlier_sources else '')
+  return (f'--resume_from={carry.source_dir}{earlier}: {len(carry.copies)} run(s) copied '
           f'({resumed} to train to more rounds, {len(carry.copies) - resumed} with the same '
           'rounds; unfinished copies resume from their checkpoints), '
           f'{len(carry.not_copied) - later} not copied'

@@ -104,7 +104,7 @@ def prepare(spec: spec_lib.SweepSpec, sweep_dir: str, train: TrainInterface,
 
 def _recorded_resume_from(sweep_dir: str) -> tuple:
   """(the `resume_from` in the manifest if its directory is still there, a line saying so)."""
-  recorded = manifest.read(sweep_dir).get('resume_from')
+  recorded = manifest.recorded_resume_from(sweep_dir)
   if recorded is None:
     return None, None
   if not os.path.isdir(recorded):
@@ -195,10 +195,14 @@ def bank(prepared: Prepared, bank_dir: str, runs: Optional[Sequence[plan.Run]] =
   `tff_partial.sweep.carry.bank_runs`: the finished runs without checkpoints
   or weights and, with `checkpoints`, the unfinished ones with their latest
   checkpoint; a directory to commit, which `--resume_from=<bank_dir>` takes back.
+  The bank records the sweep's `resume_from`, so that the runs still waiting
+  for their search to choose are copied from there by a sweep resumed from
+  the bank.
   """
   return carry_lib.bank_runs(prepared.sweep_dir, bank_dir, prepared.spec,
                              prepared.default_total_rounds,
-                             prepared.runs if runs is None else runs, checkpoints=checkpoints)
+                             prepared.runs if runs is None else runs, checkpoints=checkpoints,
+                             resume_from=prepared.carry.source_dir if prepared.carry else None)
 
 
 def check_bank(prepared: Prepared, bank_dir: str) -> None:

@@ -49,7 +49,7 @@ def check(sweep_dir: str, spec: spec_lib.SweepSpec, flag: str = 'sweep_dir') -> 
 
 
 def write(sweep_dir: str, spec: spec_lib.SweepSpec, default_total_rounds: int,
-          resume_from: Optional[str] = None) -> str:
+          resume_from: Optional[str] = None, relative: bool = False) -> str:
   """Writes the manifest (atomically) unless this spec's is already there.
 
   It is written once the spec passed every check, so a sweep that finds its
@@ -57,6 +57,9 @@ def write(sweep_dir: str, spec: spec_lib.SweepSpec, default_total_rounds: int,
   binary's) is recorded for that case, and so is `resume_from` (the earlier
   sweep it starts from), so that a rerun without `--resume_from` still copies
   the runs whose copy waits for their search (`tff_partial.sweep.carry`).
+  With `relative` (a bank, which is committed and read from another
+  checkout), `resume_from` is recorded relative to `sweep_dir`;
+  `recorded_resume_from` resolves it.
   """
   path = os.path.join(sweep_dir, MANIFEST_FILE)
   if os.path.exists(path):
@@ -70,7 +73,9 @@ def write(sweep_dir: str, spec: spec_lib.SweepSpec, default_total_rounds: int,
       'default_total_rounds': default_total_rounds,
   }
   if resume_from is not None:
-    record['resume_from'] = os.path.abspath(resume_from)
+    record['resume_from'] = (
+        os.path.relpath(os.path.abspath(resume_from), os.path.abspath(sweep_dir)) if relative
+        else os.path.abspath(resume_from))
   with atomic.atomic_write(path) as f:
     json.dump(record, f, indent=2, sort_keys=True)
   return path
@@ -80,6 +85,18 @@ def read(sweep_dir: str) -> dict:
   """The manifest of `sweep_dir` (`spec`, `digest`, `default_total_rounds`, ...)."""
   with open(os.path.join(sweep_dir, MANIFEST_FILE)) as f:
     return json.load(f)
+
+
+def recorded_resume_from(sweep_dir: str) -> Optional[str]:
+  """The earlier sweep `sweep_dir` started from (its manifest's), as a path; None if none.
+
+  A relative record (a bank's) is resolved against `sweep_dir`. The directory
+  may be gone.
+  """
+  recorded = read(sweep_dir).get('resume_from')
+  if recorded is None:
+    return None
+  return os.path.normpath(os.path.join(os.path.abspath(sweep_dir), recorded))
 
 
 class Lock:
