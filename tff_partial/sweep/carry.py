@@ -153,7 +153,9 @@ def plan_copies(source_dir: str, sweep_dir: str, runs: Sequence[plan.Run]) -> Ca
            for d in _source_chain(source_dir, sweep_dir)]
   copies, not_copied, later = {}, {}, {}
   for run in sorted(runs, key=lambda r: not r.is_search):  # searches first
-    options = [_plan_one(run, old_runs.get(run.run_id), d, runs, copies)
+    searches = plan.dependencies(run, runs)  # the search runs choosing its values, if any
+    searched = _searched_flags(searches, runs)
+    options = [_plan_one(run, old_runs.get(run.run_id), d, searches, searched, copies)
                for d, old_runs in chain]
     item, reason = next((o for o in options if o[1] is None),
                         next((o for o in options if o[0] is not None), options[0]))
@@ -167,14 +169,14 @@ def plan_copies(source_dir: str, sweep_dir: str, runs: Sequence[plan.Run]) -> Ca
                    if_same_choice=later, earlier_sources=tuple(d for d, _ in chain[1:]))
 
 
-def _plan_one(run: plan.Run, old: Optional[plan.Run], source_dir: str,
-              runs: Sequence[plan.Run], copies: Mapping[str, Copy]) -> tuple:
+def _plan_one(run: plan.Run, old: Optional[plan.Run], source_dir: str, searches: Sequence[str],
+              searched: set, copies: Mapping[str, Copy]) -> tuple:
   """(a Copy or None, None or why not copied now) for `run` from `source_dir`'s run `old`.
 
-  (copy, None): copy now; (copy, reason): copy when its search chose the
-  values the earlier run trained with; (None, reason): do not copy.
+  searches: the search runs choosing `run`'s values; searched: the flags they
+  choose. (copy, None): copy now; (copy, reason): copy when its search chose
+  the values the earlier run trained with; (None, reason): do not copy.
   """
-  searches = plan.dependencies(run, runs)  # the search runs choosing its values, if any
   if old is None:
     return None, 'not a run of the earlier sweep'
   if not os.path.isdir(plan.run_dir(source_dir, old)):
@@ -183,7 +185,7 @@ def _plan_one(run: plan.Run, old: Optional[plan.Run], source_dir: str,
                         or old.total_rounds != run.total_rounds):
     return None, 'a search run with other flags (searches are copied only when identical)'
   diff = _differences(old, run)
-  if diff and not set(diff) <= _searched_flags(searches, runs):
+  if diff and not set(diff) <= searched:
     return None, 'other flags: ' + ', '.join(f'--{k}' for k in diff)
   if (old.total_rounds < run.total_rounds
       and not os.path.isdir(os.path.join(plan.run_dir(source_dir, old),
