@@ -520,7 +520,8 @@ class ExtendedSearchGridTest(absltest.TestCase):
                   'unfinished copies resume from their checkpoints), 0 not copied, 2 copied if '
                   'their search chooses as before', carry.describe(prepared.carry))
     self.assertEqual(report.states['runs/fedavg/seed_0'], 'finished_before')
-    self.assertIn('its search chose the same values', report.reasons['runs/fedavg/seed_0'])
+    self.assertIn(f'copied from {earlier_bank}: its search chose the same values',
+                  report.reasons['runs/fedavg/seed_0'])  # named by the bank it came from
     by_id = {r.run_id: r for r in prepared.runs}
     for run_id in ('runs/fedavg/seed_1', 'runs/fixed/seed_1'):  # with their logs
       self.assertTrue(os.path.exists(plan.log_path(os.path.join(self.root, 'wider'),

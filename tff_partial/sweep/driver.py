@@ -245,8 +245,9 @@ def run(prepared: Prepared, train: TrainInterface, *, parallel: int = 1,
           sweep_runner.note(line)
       if (carry_lib.copy_if_same_choice(prepared.carry, prepared.sweep_dir, r, tuned)
           and plan.is_finished(prepared.sweep_dir, r)):
-        raise runner.AlreadyFinished(
-            f'copied from {prepared.carry.source_dir}: its search chose the same values')
+        # Named by the sweep it came from, which may be earlier in the chain.
+        source = prepared.carry.if_same_choice[r.run_id].source_dir
+        raise runner.AlreadyFinished(f'copied from {source}: its search chose the same values')
     return list(train.command) + plan.train_argv(prepared.sweep_dir, r, tuned)
 
   with manifest.Lock(prepared.sweep_dir):
