@@ -7,6 +7,7 @@ real runs in sweep_test.py.
 """
 
 import csv
+import dataclasses
 import json
 import os
 
@@ -94,6 +95,57 @@ class AtEdgeTest(absltest.TestCase):
     choice = _choice({'client_learning_rate': (0.1,), 'client_optimizer': ('adam', 'sgd')},
                      {'client_learning_rate': 0.1, 'client_optimizer': 'adam'})
     self.assertEqual(choice.at_edge, {})
+
+
+  def _widened(self, earlier_losses):
+    """A loss search over lr 10 / 30 x clip 3 / 10 that chose 10 / 3 (4.812), with earlier trials.
+
+    earlier_losses: (client_learning_rate, clip_norm) -> mean validation loss
+    of a trial an earlier sweep ran outside this grid (None: unfinished).
+    """
+    losses = {(10.0, 3.0): 4.812, (10.0, 10.0): 5.156, (30.0, 3.0): 4.851, (30.0, 10.0): 4.973}
+
+    def trial(lr, clip, loss):
+      return lr_search.Trial(f'client_learning_rate={lr}+clip_norm={clip}',
+                             {'client_learning_rate': lr, 'clip_norm': clip},
+                             {0: loss}, {0: loss})
+
+    return lr_search.Choice(
+        config='c', values={'client_learning_rate': 10.0, 'clip_norm': 3.0}, score=4.812,
+        trials=[trial(lr, clip, loss) for (lr, clip), loss in losses.items()],
+        earlier=[trial(lr, clip, loss) for (lr, clip), loss in earlier_losses.items()],
+        maximize=False)
+
+  def test_earlier_trials_beyond_an_edge_that_all_lost_bracket_it(self):
+    # The z = 0.3 chain of dp_fedpt_shakespeare_word: lr 3 and clip 1 lost in the first spec.
+    choice = self._widened({(3.0, 1.0): 5.014, (3.0, 3.0): 5.001, (10.0, 1.0): 4.991})
+    self.assertEqual(choice.bracketed_by_earlier,
+                     {'client_learning_rate': [3.0], 'clip_norm': [1.0]})
+    self.assertEqual(choice.at_edge, {})
+    self.assertEqual(choice.edge_text(), '')
+    self.assertEqual(choice.bracketed_text(),
+                     'client_learning_rate = 10 (earlier: 3); clip_norm = 3 (earlier: 1)')
+
+  def test_an_earlier_trial_beyond_an_edge_that_won_or_did_not_finish_leaves_it_open(self):
+    choice = self._widened({(3.0, 3.0): 5.001, (10.0, 1.0): 4.70})  # clip 1 beat the choice
+    self.assertEqual(choice.at_edge, {'clip_norm': 'smallest'})
+    self.assertEqual(choice.bracketed_by_earlier, {'client_learning_rate': [3.0]})
+    choice = self._widened({(3.0, 3.0): None, (10.0, 1.0): 4.812})  # unfinished; a tie
+    self.assertEqual(choice.at_edge, {'client_learning_rate': 'smallest', 'clip_norm': 'smallest'})
+    self.assertEqual(choice.bracketed_by_earlier, {})
+
+  def test_an_edge_is_judged_in_the_metric_s_direction(self):
+    choice = self._widened({(3.0, 3.0): 5.001})
+    self.assertEqual(choice.bracketed_by_earlier, {'client_learning_rate': [3.0]})
+    as_accuracy = dataclasses.replace(choice, maximize=True)  # 5.001 would then have won
+    self.assertEqual(as_accuracy.bracketed_by_earlier, {})
+    self.assertEqual(as_accuracy.at_edge,
+                     {'client_learning_rate': 'smallest', 'clip_norm': 'smallest'})
+
+  def test_earlier_trials_inside_the_grid_s_range_bracket_nothing(self):
+    choice = self._widened({(20.0, 3.0): 6.0})
+    self.assertEqual(choice.bracketed_by_earlier, {})
+    self.assertEqual(choice.at_edge, {'client_learning_rate': 'smallest', 'clip_norm': 'smallest'})
 
 
 class SummaryWarnsTest(absltest.TestCase):
@@ -249,8 +301,36 @@ class SearchHistoryTest(absltest.TestCase):
          'client_learning_rate=0.1+server_learning_rate=2.0': ('False', 'True', '0.5')})
     summary_row = _csv_rows(paths['summary_csv'], 'config')['fedavg']
     self.assertEqual(summary_row['client_learning_rate'], '0.1')
-    self.assertEqual(summary_row['tuned_at_grid_edge'],  # this grid's edges only
+    # No earlier trial lies beyond these edges (lr 0.01 is below the chosen 0.1, the edge is
+    # the largest), so both stay edges.
+    self.assertEqual(summary_row['tuned_at_grid_edge'],
                      'client_learning_rate=largest;server_learning_rate=smallest')
+    self.assertNotIn('bracketed by earlier trials', markdown)
+
+  def test_an_edge_that_earlier_losing_trials_bracket_is_no_warning(self):
+    accuracy = {0.01: 0.40, 0.03: 0.60, 0.1: 0.50}  # server lr 2 loses by 0.1 everywhere
+    _, first, _ = self._sweep('first', [0.01, 0.03], lambda client_learning_rate,
+                              server_learning_rate: accuracy[client_learning_rate]
+                              - (server_learning_rate - 1.0) / 10)
+    spec, sweep_dir, runs = self._sweep('widened', [0.03, 0.1], lambda client_learning_rate,
+                                        server_learning_rate: accuracy[client_learning_rate]
+                                        - (server_learning_rate - 1.0) / 10)
+    history = ((first, carry.planned_runs(first, flag='search_history')),)
+    prepared = driver.Prepared(spec, sweep_dir, spec.expand(), runs, resumed=True,
+                               default_total_rounds=1, search_history=history)
+    paths = driver.summarize(prepared)
+    with open(paths['summary']) as f:
+      markdown = f.read()
+    self.assertIn("At this grid's edge but bracketed by earlier trials beyond it, each worse "
+                  'than the choice: client_learning_rate = 0.03 (earlier: 0.01).', markdown)
+    row = _csv_rows(paths['summary_csv'], 'config')['fedavg']
+    self.assertEqual(row['client_learning_rate'], '0.03')
+    self.assertEqual(row['tuned_at_grid_edge'], 'server_learning_rate=smallest')
+    # Without the history the same grid warns about both edges.
+    paths = driver.summarize(dataclasses.replace(prepared, search_history=()))
+    row = _csv_rows(paths['summary_csv'], 'config')['fedavg']
+    self.assertEqual(row['tuned_at_grid_edge'],
+                     'client_learning_rate=smallest;server_learning_rate=smallest')
 
   def test_a_directory_without_a_manifest_names_the_flag(self):
     empty = self.create_tempdir().full_path

@@ -49,8 +49,10 @@ class Choice:
   """The chosen grid point of a config (`values`: flag -> value) and every trial.
 
   earlier: trials of the same search that earlier sweeps ran outside this
-  grid (`earlier_trials`), for the search tables only; the choice, and
-  whether it sits at the grid's edge, are this grid's own.
+  grid (`earlier_trials`), shown in the search tables. The choice is this
+  grid's own; earlier trials only judge whether an edge of this grid is
+  bracketed (`bracketed_by_earlier`). maximize: whether a larger validation
+  metric is better (`spec.LrSearch.maximize`).
   """
 
   config: str
@@ -58,6 +60,7 @@ class Choice:
   score: float
   trials: list
   earlier: list = dataclasses.field(default_factory=list)
+  maximize: bool = True
 
   @property
   def at_edge(self) -> dict:
@@ -66,8 +69,39 @@ class Choice:
     Such a search has not shown that the best value lies inside its grid: a
     value beyond the edge may be better (docs/sweeps.md, "Widening a search
     whose choice sat at the grid's edge"). Only numeric flags searched over
-    two or more values are judged; values without an order are not.
+    two or more values are judged; values without an order are not. An edge
+    that earlier sweeps' trials bracket (`bracketed_by_earlier`) is not one.
     """
+    bracketed = self.bracketed_by_earlier
+    return {flag: which for flag, which in self._grid_edges().items() if flag not in bracketed}
+
+  @property
+  def bracketed_by_earlier(self) -> dict:
+    """Edges of this grid that earlier sweeps' trials bracket: flag -> their values beyond it.
+
+    An edge is bracketed when earlier trials (`earlier`, from
+    `--search_history`) tried values of the flag beyond it and every one of
+    them finished worse than the choice (a widened chain whose last spec
+    dropped the losing side of the grid, docs/sweeps.md). One earlier trial
+    beyond the edge that scored as well or better, or did not finish on every
+    seed, leaves the edge open. Written by hand: the grid search is ours.
+    """
+    out = {}
+    for flag, which in self._grid_edges().items():
+      chosen = self.values[flag]
+      beyond = [t for t in self.earlier if _is_number(t.values.get(flag))
+                and (t.values[flag] < chosen if which == 'smallest' else t.values[flag] > chosen)]
+      if beyond and all(self._worse(t) for t in beyond):
+        out[flag] = values_of(beyond, flag)
+    return out
+
+  def _worse(self, trial: Trial) -> bool:
+    if not math.isfinite(trial.mean):
+      return False
+    return trial.mean < self.score if self.maximize else trial.mean > self.score
+
+  def _grid_edges(self) -> dict:
+    """This grid's own edges (flag -> 'smallest' or 'largest'), earlier trials not counted."""
     edges = {}
     for flag, value in self.values.items():
       grid = self.grid_values(flag)
@@ -93,6 +127,13 @@ class Choice:
         f'{flag} = {value_text(self.values[flag])} is the {which} value of its grid '
         f'({", ".join(value_text(v) for v in self.grid_values(flag))})'
         for flag, which in self.at_edge.items())
+
+  def bracketed_text(self) -> str:
+    """One line naming each edge that earlier trials bracket ('' if none)."""
+    return '; '.join(
+        f'{flag} = {value_text(self.values[flag])} (earlier: '
+        f'{", ".join(value_text(v) for v in values)})'
+        for flag, values in self.bracketed_by_earlier.items())
 
 
 def values_of(trials, flag: str) -> list:
@@ -201,4 +242,5 @@ def choose(sweep_dir: str, runs, config: str, search: spec_lib.LrSearch) -> Choi
     return (sign * t.mean, -loss)
 
   best = max(scored, key=key)  # max keeps the first of equals
-  return Choice(config=config, values=dict(best.values), score=best.mean, trials=found)
+  return Choice(config=config, values=dict(best.values), score=best.mean, trials=found,
+                maximize=search.maximize)

@@ -494,6 +494,9 @@ def write(out_dir: str, *, name: str, description: str, summaries: Sequence[Conf
     if choice.earlier:
       lines += ['', f'In italics: {len(choice.earlier)} trial(s) of earlier sweeps '
                 '(`--search_history`) outside this grid; shown, not chosen from.']
+      if choice.bracketed_by_earlier:
+        lines += [f'At this grid\'s edge but bracketed by earlier trials beyond it, each worse '
+                  f'than the choice: {choice.bracketed_text()}.']
   lines += ['', '| config | flags beyond the base |', '|---|---|']
   for s in summaries:
     flags = ' '.join(f'--{k}={_cell(v)}' for k, v in s.own_flags.items())
