@@ -162,6 +162,13 @@ def main(argv):
     _fail(f'unexpected arguments: {" ".join(argv[1:])}')
   if _BANK_CHECKPOINTS.value and _BANK_DIR.value is None:
     _fail('--bank_checkpoints needs --bank_dir (where to bank them)')
+  if _SUMMARY_ONLY.value and _RESUME_FROM.value:
+    # --summary_only starts nothing and so copies nothing: its summary of an empty sweep
+    # directory would be rows of nan.
+    _fail(f'--summary_only copies nothing from --resume_from={_RESUME_FROM.value}: drop '
+          '--summary_only to copy its finished runs and write the summary (nothing trains '
+          'when all are finished), or summarize it in place with --summary_only '
+          f'--sweep_dir={_RESUME_FROM.value}')
   if _PARALLEL.value < 1:
     _fail(f'--parallel={_PARALLEL.value} must be >= 1')
   if _WORKERS.value and len(_WORKERS.value) < _PARALLEL.value:

@@ -470,6 +470,18 @@ class SweepBadInputTest(absltest.TestCase):
                      [f'error: --bank_dir={sweep_dir}/ is --sweep_dir itself'])
     self.assertFalse(os.path.exists(sweep_dir))
 
+    # --summary_only with --resume_from would summarize an empty directory (rows of nan).
+    result = subprocess.run(
+        _sweep_command(spec_path, sweep_dir, '--summary_only', f'--resume_from={self.root}/old'),
+        cwd=_REPO, env=_env(), capture_output=True, text=True, check=False)
+    self.assertEqual(result.returncode, 2)
+    self.assertEqual(testing_utils.own_stderr_lines(result.stderr), [
+        f'error: --summary_only copies nothing from --resume_from={self.root}/old: drop '
+        '--summary_only to copy its finished runs and write the summary (nothing trains when '
+        f'all are finished), or summarize it in place with --summary_only '
+        f'--sweep_dir={self.root}/old'])
+    self.assertFalse(os.path.exists(sweep_dir))
+
   def test_search_runs_are_the_searches_and_refused_without_one(self):
     prepared = self._prepare(os.path.join(self.root, 'g'), seeds=[0, 1],
                              lr_search={'grid': {'client_learning_rate': [0.05, 0.5]}})
