@@ -134,6 +134,25 @@ class AtEdgeTest(absltest.TestCase):
     self.assertEqual(choice.at_edge, {'client_learning_rate': 'smallest', 'clip_norm': 'smallest'})
     self.assertEqual(choice.bracketed_by_earlier, {})
 
+  def test_an_earlier_metric_tie_beyond_an_edge_is_judged_by_loss_as_choose_ranks(self):
+    # The z = 0.3 FedAvg chain of dp_fedpt_femnist: lr 0.003 tied lr 0.01 on accuracy (77.43)
+    # and lost on validation loss, so it would have lost inside the grid too.
+    def choice(tie_loss):
+      def trial(lr, accuracy, loss):
+        return lr_search.Trial(f'client_learning_rate={lr}', {'client_learning_rate': lr},
+                               {0: accuracy}, {0: loss})
+      return lr_search.Choice(
+          config='c', values={'client_learning_rate': 0.01}, score=0.7743,
+          trials=[trial(0.01, 0.7743, 0.80), trial(0.03, 0.7246, 0.95)],
+          earlier=[trial(0.001, 0.7032, 1.10), trial(0.003, 0.7743, tie_loss)])
+
+    higher = choice(tie_loss=0.85)
+    self.assertEqual(higher.bracketed_by_earlier, {'client_learning_rate': [0.001, 0.003]})
+    self.assertEqual(higher.at_edge, {})
+    for not_worse in (0.80, 0.75):  # an equal or a lower loss would have won or tied
+      self.assertEqual(choice(tie_loss=not_worse).bracketed_by_earlier, {})
+      self.assertEqual(choice(tie_loss=not_worse).at_edge, {'client_learning_rate': 'smallest'})
+
   def test_an_edge_is_judged_in_the_metric_s_direction(self):
     choice = self._widened({(3.0, 3.0): 5.001})
     self.assertEqual(choice.bracketed_by_earlier, {'client_learning_rate': [3.0]})

@@ -82,9 +82,12 @@ class Choice:
     An edge is bracketed when earlier trials (`earlier`, from
     `--search_history`) tried values of the flag beyond it and every one of
     them finished worse than the choice (a widened chain whose last spec
-    dropped the losing side of the grid, docs/sweeps.md). One earlier trial
-    beyond the edge that scored as well or better, or did not finish on every
-    seed, leaves the edge open. Written by hand: the grid search is ours.
+    dropped the losing side of the grid, docs/sweeps.md). Worse is judged by
+    the ranking `choose` picks by (`rank_key`): the metric, then on equal
+    metrics the validation loss, so an earlier trial that ties the metric but
+    has the higher loss would have lost inside the grid too. One earlier
+    trial beyond the edge that ranks as well or better, or did not finish on
+    every seed, leaves the edge open. Written by hand: the grid search is ours.
     """
     out = {}
     for flag, which in self._grid_edges().items():
@@ -98,7 +101,8 @@ class Choice:
   def _worse(self, trial: Trial) -> bool:
     if not math.isfinite(trial.mean):
       return False
-    return trial.mean < self.score if self.maximize else trial.mean > self.score
+    chosen = next(t for t in self.trials if t.values == self.values)  # the choice's own trial
+    return rank_key(trial, self.maximize) < rank_key(chosen, self.maximize)
 
   def _grid_edges(self) -> dict:
     """This grid's own edges (flag -> 'smallest' or 'largest'), earlier trials not counted."""
@@ -224,6 +228,12 @@ def earlier_trials(earlier, runs, config: str, metric: str) -> list:
   return list(found.values())
 
 
+def rank_key(trial: Trial, maximize: bool) -> tuple:
+  """The order `choose` ranks trials by (larger is better): the metric, then the lower loss."""
+  loss = trial.mean_loss if math.isfinite(trial.mean_loss) else math.inf
+  return ((1.0 if maximize else -1.0) * trial.mean, -loss)
+
+
 def choose(sweep_dir: str, runs, config: str, search: spec_lib.LrSearch) -> Choice:
   """The trial with the best mean validation metric; ValueError if none finished.
 
@@ -235,12 +245,6 @@ def choose(sweep_dir: str, runs, config: str, search: spec_lib.LrSearch) -> Choi
   if not scored:
     raise ValueError(f'no learning-rate search run of {config} finished with a finite '
                      f'validation {search.metric}')
-  sign = 1.0 if search.maximize else -1.0
-
-  def key(t: Trial):
-    loss = t.mean_loss if math.isfinite(t.mean_loss) else math.inf
-    return (sign * t.mean, -loss)
-
-  best = max(scored, key=key)  # max keeps the first of equals
+  best = max(scored, key=lambda t: rank_key(t, search.maximize))  # max keeps the first of equals
   return Choice(config=config, values=dict(best.values), score=best.mean, trials=found,
                 maximize=search.maximize)
