@@ -90,19 +90,22 @@ class Choice:
     every seed, leaves the edge open. Written by hand: the grid search is ours.
     """
     out = {}
-    for flag, which in self._grid_edges().items():
+    edges = self._grid_edges()
+    if not edges:
+      return out
+    own = next(t for t in self.trials if t.values == self.values)  # the choice's own trial
+    to_beat = rank_key(own, self.maximize)
+
+    def worse(trial: Trial) -> bool:
+      return math.isfinite(trial.mean) and rank_key(trial, self.maximize) < to_beat
+
+    for flag, which in edges.items():
       chosen = self.values[flag]
       beyond = [t for t in self.earlier if _is_number(t.values.get(flag))
                 and (t.values[flag] < chosen if which == 'smallest' else t.values[flag] > chosen)]
-      if beyond and all(self._worse(t) for t in beyond):
+      if beyond and all(worse(t) for t in beyond):
         out[flag] = values_of(beyond, flag)
     return out
-
-  def _worse(self, trial: Trial) -> bool:
-    if not math.isfinite(trial.mean):
-      return False
-    chosen = next(t for t in self.trials if t.values == self.values)  # the choice's own trial
-    return rank_key(trial, self.maximize) < rank_key(chosen, self.maximize)
 
   def _grid_edges(self) -> dict:
     """This grid's own edges (flag -> 'smallest' or 'largest'), earlier trials not counted."""
