@@ -136,6 +136,20 @@ class MachineTest(tf.test.TestCase):
     self.assertRegex(header, r'oneDNN: .* -> Python TF (on|off), TFF worker (on|off)')
 
 
+  def test_cpu_model_names_family_and_model(self):
+    # The first processor's block of /proc/cpuinfo, as on the 2-core Zen 4 of 2026-12-05.
+    cpuinfo = ('processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 17\n'
+               'model name\t: AMD EPYC\nstepping\t: 0\n\nprocessor\t: 1\ncpu family\t: 26\n'
+               'model\t\t: 2\nmodel name\t: other\n')
+    with mock.patch('builtins.open', mock.mock_open(read_data=cpuinfo)):
+      self.assertEqual(machine.cpu_model(), 'AMD EPYC (family 25, model 17)')
+    with mock.patch('builtins.open', mock.mock_open(read_data='model name\t: Some ARM\n')):
+      self.assertEqual(machine.cpu_model(), 'Some ARM')
+    with mock.patch('builtins.open', side_effect=OSError), \
+         mock.patch('platform.processor', return_value=''):
+      self.assertEqual(machine.cpu_model(), 'unknown CPU')
+
+
 class WorkerSettingsTest(tf.test.TestCase):
 
   def test_split(self):

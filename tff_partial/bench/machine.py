@@ -21,15 +21,26 @@ from tff_partial.training import client_loop
 
 
 def cpu_model() -> str:
+  """The CPU's model name, with its x86 family and model numbers where known.
+
+  Cloud machines may name Zen 3, 4 and 5 alike ("AMD EPYC"), and one oneDNN
+  path on two of them need not round alike (docs/sweeps.md, "Runs from several
+  machines"): the numbers tell them apart, e.g. "AMD EPYC (family 25, model 17)".
+  """
+  fields = {}
   try:
     with open('/proc/cpuinfo') as f:
       for line in f:
+        if not line.strip():
+          break  # the first processor's block is enough
         key, _, value = line.partition(':')
-        if key.strip() == 'model name':
-          return value.strip()
+        fields.setdefault(key.strip(), value.strip())
   except OSError:
     pass
-  return platform.processor() or 'unknown CPU'
+  name = fields.get('model name') or platform.processor() or 'unknown CPU'
+  if fields.get('cpu family') and fields.get('model'):
+    name += f' (family {fields["cpu family"]}, model {fields["model"]})'
+  return name
 
 
 def onednn_env() -> Optional[bool]:
