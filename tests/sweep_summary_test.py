@@ -68,7 +68,7 @@ def _choice(grid, chosen):
   """A Choice over every combination of `grid` (flag -> values) that chose `chosen`."""
   trials = [lr_search.Trial(name, values, {0: 0.5}, {0: 1.0})
             for name, values in spec_lib.LrSearch(grid=grid).trials()]
-  return lr_search.Choice(config='c', values=chosen, score=0.5, trials=trials)
+  return lr_search.Choice(config='c', values=chosen, trials=trials)
 
 
 class AtEdgeTest(absltest.TestCase):
@@ -111,7 +111,7 @@ class AtEdgeTest(absltest.TestCase):
                              {0: loss}, {0: loss})
 
     return lr_search.Choice(
-        config='c', values={'client_learning_rate': 10.0, 'clip_norm': 3.0}, score=4.812,
+        config='c', values={'client_learning_rate': 10.0, 'clip_norm': 3.0},
         trials=[trial(lr, clip, loss) for (lr, clip), loss in losses.items()],
         earlier=[trial(lr, clip, loss) for (lr, clip), loss in earlier_losses.items()],
         maximize=False)
@@ -142,7 +142,7 @@ class AtEdgeTest(absltest.TestCase):
         return lr_search.Trial(f'client_learning_rate={lr}', {'client_learning_rate': lr},
                                {0: accuracy}, {0: loss})
       return lr_search.Choice(
-          config='c', values={'client_learning_rate': 0.01}, score=0.7743,
+          config='c', values={'client_learning_rate': 0.01},
           trials=[trial(0.01, 0.7743, 0.80), trial(0.03, 0.7246, 0.95)],
           earlier=[trial(0.001, 0.7032, 1.10), trial(0.003, 0.7743, tie_loss)])
 
@@ -232,7 +232,7 @@ class SearchTableTest(absltest.TestCase):
                                                              'server_learning_rate': 1.0},
                               {0: loss, 1: loss}, {0: loss, 1: loss})
               for lr, loss in ((0.01, 1.5), (0.1, 1.25), (1.0, None))]
-    choice = lr_search.Choice(config='c', values=dict(trials[1].values), score=1.25,
+    choice = lr_search.Choice(config='c', values=dict(trials[1].values),
                               trials=trials)
     self.assertEqual(summary.search_table(choice, 'loss'), [
         '| client_learning_rate | validation loss |',

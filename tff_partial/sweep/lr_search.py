@@ -57,10 +57,19 @@ class Choice:
 
   config: str
   values: dict
-  score: float
   trials: list
   earlier: list = dataclasses.field(default_factory=list)
   maximize: bool = True
+
+  @property
+  def own_trial(self) -> Trial:
+    """The trial of the chosen values."""
+    return next(t for t in self.trials if t.values == self.values)
+
+  @property
+  def score(self) -> float:
+    """The chosen trial's mean validation metric over the search seeds."""
+    return self.own_trial.mean
 
   @property
   def at_edge(self) -> dict:
@@ -93,8 +102,7 @@ class Choice:
     edges = self._grid_edges()
     if not edges:
       return out
-    own = next(t for t in self.trials if t.values == self.values)  # the choice's own trial
-    to_beat = rank_key(own, self.maximize)
+    to_beat = rank_key(self.own_trial, self.maximize)
 
     def worse(trial: Trial) -> bool:
       return math.isfinite(trial.mean) and rank_key(trial, self.maximize) < to_beat
@@ -249,5 +257,5 @@ def choose(sweep_dir: str, runs, config: str, search: spec_lib.LrSearch) -> Choi
     raise ValueError(f'no learning-rate search run of {config} finished with a finite '
                      f'validation {search.metric}')
   best = max(scored, key=lambda t: rank_key(t, search.maximize))  # max keeps the first of equals
-  return Choice(config=config, values=dict(best.values), score=best.mean, trials=found,
+  return Choice(config=config, values=dict(best.values), trials=found,
                 maximize=search.maximize)
