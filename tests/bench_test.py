@@ -135,7 +135,6 @@ class MachineTest(tf.test.TestCase):
     self.assertRegex(header, r'^CPU: .+, \d+ cores, AVX-512 (yes|no), ')
     self.assertRegex(header, r'oneDNN: .* -> Python TF (on|off), TFF worker (on|off)')
 
-
   def test_cpu_model_names_family_and_model(self):
     # The first processor's block of /proc/cpuinfo, as on the 2-core Zen 4 of 2026-12-05.
     cpuinfo = ('processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 17\n'
