@@ -27,16 +27,7 @@ def cpu_model() -> str:
   path on two of them need not round alike (docs/sweeps.md, "Runs from several
   machines"): the numbers tell them apart, e.g. "AMD EPYC (family 25, model 17)".
   """
-  fields = {}
-  try:
-    with open('/proc/cpuinfo') as f:
-      for line in f:
-        if not line.strip():
-          break  # the first processor's block is enough
-        key, _, value = line.partition(':')
-        fields.setdefault(key.strip(), value.strip())
-  except OSError:
-    pass
+  fields = client_loop.cpuinfo_fields()
   name = fields.get('model name') or platform.processor() or 'unknown CPU'
   if fields.get('cpu family') and fields.get('model'):
     name += f' (family {fields["cpu family"]}, model {fields["model"]})'

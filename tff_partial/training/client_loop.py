@@ -79,17 +79,24 @@ def worker_onednn() -> bool:
   return value.strip().lower() in ('1', 'true', 'yes', 'on')
 
 
-def cpu_flags() -> set:
-  """The CPU's feature flags (/proc/cpuinfo; empty where there is none)."""
+def cpuinfo_fields() -> dict:
+  """The first processor's block of /proc/cpuinfo, key -> value (empty where there is none)."""
+  fields = {}
   try:
     with open('/proc/cpuinfo') as f:
       for line in f:
+        if not line.strip():
+          break  # the first processor's block is enough
         key, _, value = line.partition(':')
-        if key.strip() == 'flags':
-          return set(value.split())
+        fields.setdefault(key.strip(), value.strip())
   except OSError:
     pass
-  return set()
+  return fields
+
+
+def cpu_flags() -> set:
+  """The CPU's feature flags (/proc/cpuinfo; empty where there is none)."""
+  return set(cpuinfo_fields().get('flags', '').split())
 
 
 def cpu_has_avx512() -> bool:
