@@ -19,6 +19,7 @@ from tff_partial.sweep import driver
 from tff_partial.sweep import lr_search
 from tff_partial.sweep import manifest
 from tff_partial.sweep import plan
+from tff_partial.sweep import plots
 from tff_partial.sweep import spec as spec_lib
 from tff_partial.sweep import summary
 
@@ -491,6 +492,30 @@ class LocalStepsTest(absltest.TestCase):
     self.assertIn('| no | 0.0 | 2.75 |', markdown)
     self.assertIn('| no | 0.0 |  |', markdown)
     self.assertIn('Local steps a client: the batches trained', markdown)
+
+
+class LogTicksTest(absltest.TestCase):
+  """The bytes axis: plain numbers, and no minor labels where they would overlap."""
+
+  def _labels(self, lo, hi):
+    fig, ax = plots.plt.subplots(figsize=(7, 4.5))
+    ax.plot([lo, hi], [0, 1])
+    ax.set_xscale('log')
+    plots._plain_log_ticks(ax.xaxis)  # pylint: disable=protected-access
+    fig.canvas.draw()
+    labels = {'major': [t.get_text() for t in ax.xaxis.get_majorticklabels()],
+              'minor': [t.get_text() for t in ax.xaxis.get_minorticklabels()]}
+    plots.plt.close(fig)
+    return {kind: [text for text in texts if text] for kind, texts in labels.items()}
+
+  def test_a_wide_axis_labels_only_the_powers_of_ten(self):
+    labels = self._labels(12.0, 20000.0)  # the select Table 2 sweep's span
+    self.assertEqual(labels['minor'], [])
+    self.assertContainsSubset(['100', '1000', '10000'], labels['major'])
+
+  def test_a_narrow_axis_also_labels_2_and_5(self):
+    labels = self._labels(150.0, 900.0)
+    self.assertEqual(labels['minor'], ['200', '500'])
 
 
 if __name__ == '__main__':

@@ -72,6 +72,24 @@ def plot_vs_rounds(summaries: Sequence[summary_lib.ConfigSummary], path: str, *,
   return _save(fig, ax, path)
 
 
+# Largest span (hi / lo) of a log axis whose minor ticks 2 and 5 get labels too:
+# over two decades they would overlap (12 labels a decade at 7 inches).
+_MINOR_LABEL_SPAN = 100.0
+
+
+def _plain_log_ticks(axis) -> None:
+  """Plain-number labels ('20', not '2x10^1') on a log axis: every power of ten,
+  and 2 and 5 of each decade only when the axis spans at most two decades."""
+  plain = matplotlib.ticker.FormatStrFormatter('%g')
+  axis.set_major_formatter(plain)
+  lo, hi = axis.get_view_interval()
+  if lo > 0 and hi / lo <= _MINOR_LABEL_SPAN:
+    axis.set_minor_locator(matplotlib.ticker.LogLocator(subs=(2.0, 5.0)))
+    axis.set_minor_formatter(plain)
+  else:
+    axis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+
+
 def plot_vs_bytes(summaries: Sequence[summary_lib.ConfigSummary], path: str, *,
                   metric: str, title: str = '', second: bool = False) -> str:
   """`metric` is the name of what is plotted: the summary's, or with `second` the other one."""
@@ -94,8 +112,7 @@ def plot_vs_bytes(summaries: Sequence[summary_lib.ConfigSummary], path: str, *,
       ax.errorbar([total], [scale * final.mean], yerr=err, fmt='o', color=color,
                   capsize=3, markersize=4)
   ax.set_xscale('log')
-  for axis_formatter in (ax.xaxis.set_major_formatter, ax.xaxis.set_minor_formatter):
-    axis_formatter(matplotlib.ticker.FormatStrFormatter('%g'))
+  _plain_log_ticks(ax.xaxis)
   ax.set_xlabel('MB communicated per participating client (down + up, cumulative)')
   ax.set_ylabel(label)
   ax.set_title((f'{title}: ' if title else '') + 'final mean with 95% CI (dots)', fontsize=10)
