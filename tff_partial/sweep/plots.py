@@ -74,6 +74,8 @@ def plot_vs_rounds(summaries: Sequence[summary_lib.ConfigSummary], path: str, *,
 
 # Largest span (hi / lo) of a log axis whose minor ticks 2 and 5 get labels too:
 # over two decades they would overlap (12 labels a decade at 7 inches).
+# Not matplotlib's LogFormatter(minor_thresholds=...), which thins minor labels
+# alike but writes values above 10,000 in e-notation ('1e+05'; bytes axes pass 20,000 MB).
 _MINOR_LABEL_SPAN = 100.0
 
 
