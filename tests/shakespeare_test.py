@@ -1,5 +1,6 @@
 """Tests of the Shakespeare char and word tasks (tasks/shakespeare.py)."""
 
+import re
 import tempfile
 
 from absl.testing import flagsaver
@@ -39,9 +40,17 @@ class LoadTest(tf.test.TestCase):
     self.assertEqual(first['snippets'].dtype, tf.string)
 
   def test_auto_without_data_is_a_clear_error(self):
-    with self.assertRaisesRegex(registry.TaskError, '--data_source=h5 --data_dir'):
+    with self.assertRaisesRegex(registry.TaskError, '--data_source=h5 --data_dir') as cm:
       registry.create_task('shakespeare_char', train_client_spec=testing_utils.client_spec(),
                            cache_dir=tempfile.mkdtemp())
+    # The smoke test it suggests runs with the defaults it names (the default
+    # --clients_per_round=10 is more than TFF's synthetic population).
+    suggested = int(re.search(r'--data_source=synthetic --clients_per_round=(\d+)',
+                              str(cm.exception)).group(1))
+    synthetic = registry.create_task('shakespeare_char', data_source='synthetic',
+                                     train_client_spec=testing_utils.client_spec())
+    self.assertEqual(suggested, synthetic.population)
+    self.assertEqual(suggested, 3)
 
   def test_sentences_and_vocab(self):
     sentences = shakespeare.snippet_to_sentences(tf.constant(

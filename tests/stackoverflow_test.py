@@ -85,7 +85,7 @@ class NwpTaskTest(tf.test.TestCase):
     self.assertEqual(history[0]['num_examples'], 4)
 
   def test_auto_without_database_is_a_clear_error(self):
-    with self.assertRaisesRegex(registry.TaskError, 'stackoverflow.sqlite.*--data_source=synthetic'):
+    with self.assertRaisesRegex(registry.TaskError, 'stackoverflow.sqlite.*--data_source=synthetic --clients_per_round=3 '):
       registry.create_task('stackoverflow_nwp', train_client_spec=testing_utils.client_spec(),
                            cache_dir=tempfile.mkdtemp())
 
