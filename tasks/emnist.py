@@ -144,8 +144,7 @@ def load_emnist(data_source: str, data_dir: Optional[str], cache_dir: Optional[s
         f'download: {type(e).__name__}). Point at local data with '
         '--data_source=leaf --data_dir=<LEAF FEMNIST dir or .tar.xz> (e.g. '
         '../shared/data/femnist_leaf_sample.tar.xz), or use '
-        '--data_source=synthetic --clients_per_round=2 for a smoke test '
-        "(TFF's synthetic data has 2 clients).") from e
+        + registry.synthetic_hint(2)) from e
 
 
 def _create(model_builder, name):

@@ -414,6 +414,15 @@ def create_task(
   )
 
 
+def synthetic_hint(num_clients: int) -> str:
+  """The smoke-test advice ending a data-load error, for TFF synthetic data of `num_clients`.
+
+  It names `--clients_per_round`: the default 10 exceeds TFF's synthetic populations.
+  """
+  return (f'--data_source=synthetic --clients_per_round={num_clients} for a smoke test '
+          f"(TFF's synthetic data has {num_clients} clients).")
+
+
 def make_baseline_task(
     *,
     train_data,

@@ -101,8 +101,7 @@ def load_shakespeare(data_source: str, data_dir: Optional[str], cache_dir: Optio
         f'{type(e).__name__}). Point at local data with --data_source=h5 '
         '--data_dir=<dir or .tar.xz with shakespeare_{train,test}.h5> (e.g. '
         '../shared/data/shakespeare_tff_h5.tar.xz), or use '
-        '--data_source=synthetic --clients_per_round=3 for a smoke test '
-        "(TFF's synthetic data has 3 clients).") from e
+        + registry.synthetic_hint(3)) from e
 
 
 def _description(kind, source, train, test, extra=''):

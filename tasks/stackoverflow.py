@@ -61,8 +61,7 @@ def _error(what: str, cache_dir: Optional[str], e: Exception) -> registry.TaskEr
       f"--cache_dir={cache_dir!r} and no download: {type(e).__name__}: {e}). "
       f'Put {_SQLITE}, stackoverflow.word_count and stackoverflow.tag_count '
       "(from TFF's storage.googleapis.com/tff-datasets-public) in --cache_dir, "
-      'or use --data_source=synthetic --clients_per_round=3 for a smoke test '
-      "(TFF's synthetic data has 3 clients).")
+      'or use ' + registry.synthetic_hint(3))
 
 
 def load_stackoverflow(data_source: str, cache_dir: Optional[str]):
