@@ -28,6 +28,9 @@ checkpoints or weights; commit it), --bank_checkpoints also each unfinished
 run's latest checkpoint when the sweep ends or is stopped, and in a fresh
 checkout --resume_from=experiments/banked/<name> takes them back: finished
 runs are not trained again, banked unfinished ones resume from their checkpoint.
+--bank_final_checkpoints keeps each finished run's final checkpoint in the bank
+too, so that a later sweep of more rounds can resume from the bank and train
+those runs on rather than from scratch.
 
 The spec format, the learning-rate search and the summary's definitions:
 docs/sweeps.md and `tff_partial.sweep`.
@@ -85,6 +88,11 @@ _BANK_CHECKPOINTS = flags.DEFINE_bool(
     'latest checkpoint past round 0 (a few MB a run), when the sweep ends or is stopped (with '
     '--summary_only: now), so that a fresh checkout resumes them from there rather than from '
     'scratch. Commit such a bank only while the sweep is unfinished.')
+_BANK_FINAL_CHECKPOINTS = flags.DEFINE_bool(
+    'bank_final_checkpoints', False, 'With --bank_dir: bank each finished run with its final '
+    'checkpoint too (the last round\'s state, a few MB a run; a run banked before without it '
+    'is banked again), so that a later sweep of more rounds (--resume_from=<bank_dir>) trains '
+    'it on from there rather than from scratch, also in a fresh checkout.')
 _PARALLEL = flags.DEFINE_integer('parallel', 1, 'Runs at a time.')
 _WORKERS = flags.DEFINE_list(
     'workers', [], 'Running TFF workers (host:port), shared out among the --parallel runs '
@@ -160,8 +168,10 @@ def _print_plan(prepared, runs) -> None:
 def main(argv):
   if len(argv) > 1:
     _fail(f'unexpected arguments: {" ".join(argv[1:])}')
-  if _BANK_CHECKPOINTS.value and _BANK_DIR.value is None:
-    _fail('--bank_checkpoints needs --bank_dir (where to bank them)')
+  for name, flag in (('bank_checkpoints', _BANK_CHECKPOINTS),
+                     ('bank_final_checkpoints', _BANK_FINAL_CHECKPOINTS)):
+    if flag.value and _BANK_DIR.value is None:
+      _fail(f'--{name} needs --bank_dir (where to bank them)')
   if _SUMMARY_ONLY.value and _RESUME_FROM.value:
     # --summary_only starts nothing and so copies nothing: its summary of an empty sweep
     # directory would be rows of nan.
@@ -201,7 +211,8 @@ def main(argv):
     return
   if _SUMMARY_ONLY.value:
     if _BANK_DIR.value is not None:
-      banked = sweep.bank(prepared, _BANK_DIR.value, checkpoints=_BANK_CHECKPOINTS.value)
+      banked = sweep.bank(prepared, _BANK_DIR.value, checkpoints=_BANK_CHECKPOINTS.value,
+                          final_checkpoints=_BANK_FINAL_CHECKPOINTS.value)
       print(f'--bank_dir={_BANK_DIR.value}: {len(banked)} run(s) banked now')
     paths = sweep.summarize(prepared, summary_dir=_SUMMARY_DIR.value)
   else:
@@ -209,7 +220,8 @@ def main(argv):
       report, paths = sweep.run(prepared, train, parallel=_PARALLEL.value,
                                 workers=_WORKERS.value, summary_dir=_SUMMARY_DIR.value,
                                 search_only=_SEARCH_ONLY.value, bank_dir=_BANK_DIR.value,
-                                bank_checkpoints=_BANK_CHECKPOINTS.value)
+                                bank_checkpoints=_BANK_CHECKPOINTS.value,
+                                bank_final_checkpoints=_BANK_FINAL_CHECKPOINTS.value)
     except sweep.SweepInterrupted as e:
       print(f'sweep {spec.name}: {e}; the running runs were stopped. Rerun the same command '
             'to resume.', file=sys.stderr)

@@ -184,9 +184,10 @@ class BankTest(absltest.TestCase):
               'w') as f:
       f.write('partial')
 
-  def _bank(self, runs=None, checkpoints=False):
+  def _bank(self, runs=None, checkpoints=False, final_checkpoints=False):
     return carry.bank_runs(self.earlier, self.bank, self.spec, 100,
-                           self.runs if runs is None else runs, checkpoints=checkpoints)
+                           self.runs if runs is None else runs, checkpoints=checkpoints,
+                           final_checkpoints=final_checkpoints)
 
   def test_banks_finished_runs_without_checkpoints_weights_or_partial_writes(self):
     banked = self._bank()
@@ -266,6 +267,32 @@ class BankTest(absltest.TestCase):
     self.assertEqual(os.listdir(os.path.join(target, 'checkpoints')), ['program_state_2'])
     self.assertFalse(os.path.exists(target + '.replaced'))
 
+  def test_finished_runs_banked_with_their_final_checkpoint_train_on_to_more_rounds(self):
+    # Banked first without it (as before --bank_final_checkpoints): banked again with it.
+    self.assertLen(self._bank(), 5)
+    finished = os.path.join(self.earlier, 'runs', 'fedavg', 'seed_1')
+    os.makedirs(os.path.join(finished, 'checkpoints', 'program_state_2'))  # an older one
+    self.assertLen(self._bank(final_checkpoints=True), 5)
+    for run_id in ('runs/fedavg/seed_0', 'runs/fedavg/seed_1', 'runs/fixed/seed_0'):
+      self.assertEqual(sorted(os.listdir(os.path.join(self.bank, run_id))),
+                       ['checkpoints', 'final_eval.json', 'flags.json', 'metrics.csv'], run_id)
+      self.assertEqual(os.listdir(os.path.join(self.bank, run_id, 'checkpoints')),
+                       ['program_state_4'], run_id)
+    self.assertEqual(self._bank(final_checkpoints=True), [])  # once only
+    self.assertFalse(os.path.exists(os.path.join(self.bank, 'runs', 'fixed', 'seed_1')))
+
+    # Resumed from the bank with more rounds: the finished runs train on.
+    _, more = _runs(_with(_SPEC, base__total_rounds=10))
+    result = carry.plan_copies(self.bank, self.new, more)
+    self.assertEqual(result.not_copied,
+                     {'runs/fixed/seed_1': 'the earlier sweep has not started it'})
+    resumed = sorted(c.run.run_id for c in result.copies if c.resume)
+    self.assertEqual(resumed, ['runs/fedavg/seed_0', 'runs/fedavg/seed_1', 'runs/fixed/seed_0'])
+    carry.copy_runs(result, self.new)
+    copied = os.path.join(self.new, 'runs', 'fedavg', 'seed_1')
+    self.assertEqual(sorted(os.listdir(copied)), ['checkpoints', 'flags.json', 'metrics.csv'])
+    self.assertEqual(resumable.latest_checkpoint(copied), 'program_state_4')
+
   def test_bad_bank_directories(self):
     with self.assertRaisesRegex(manifest.SweepDirError, 'is --sweep_dir itself'):
       carry.bank_runs(self.earlier, self.earlier + '/', self.spec, 100, self.runs)
@@ -296,7 +323,8 @@ class BankTest(absltest.TestCase):
     self.assertEqual(sorted(c.run.run_id for c in result.copies),
                      sorted(r.run_id for r in more if r.is_search))
     self.assertEqual(result.not_copied['runs/fedavg/seed_0'],
-                     'the earlier run trained 4 rounds and has no checkpoints (a bank) to train '
+                     'the earlier run trained 4 rounds and has no checkpoints (a bank without '
+                     '--bank_final_checkpoints) to train '
                      'on to 10')
 
 

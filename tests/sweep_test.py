@@ -404,6 +404,22 @@ class SweepLrSearchTest(absltest.TestCase):
     self.assertLess(len(_metrics(os.path.join(self.sweep_dir, final))),
                     len(_metrics(os.path.join(carried, final))))
 
+    # The same from a bank of the finished sweep (a fresh checkout has no
+    # outputs/): with --bank_final_checkpoints its runs train on from round 2.
+    bank = os.path.join(self.root, 'bank')
+    _run_sweep(self.spec_path, self.sweep_dir, '--summary_only', f'--bank_dir={bank}',
+               '--bank_final_checkpoints')
+    self.assertEqual(os.listdir(os.path.join(bank, final, resumable.CHECKPOINTS_DIR)),
+                     ['program_state_2'])
+    self.assertNotIn('model_weights.npz', os.listdir(os.path.join(bank, final)))
+    from_bank = os.path.join(self.root, 'from_bank')
+    output = _run_sweep(longer, from_bank, f'--resume_from={bank}')
+    self.assertIn('3 run(s) copied (1 to train to more rounds', output)
+    with open(os.path.join(from_bank, plan.LOGS_DIR, final + '.log')) as f:
+      self.assertIn('Resuming from checkpoint round 2', f.read().split('\n=== ')[2])
+    self.assertEqual(_metrics(os.path.join(scratch, final)),
+                     _metrics(os.path.join(from_bank, final)))
+
 
 def _check_in_process(argvs):
   return sweep_check.check(argvs), 10

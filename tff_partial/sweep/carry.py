@@ -29,9 +29,10 @@ commit, so that the runs of a sweep that takes more than one session survive
 a fresh checkout, which `--resume_from=<bank>` takes them back into. A bank
 records the sweep's own `--resume_from` (relative to the bank), and a run
 that the bank lacks is looked for there too, so that the runs still waiting
-for their search to choose are not trained again. A banked
-finished run cannot train on to more rounds (no checkpoint): a sweep that
-asks for more trains it from scratch.
+for their search to choose are not trained again. A banked finished run
+trains on to more rounds only if it was banked with its final checkpoint
+(`final_checkpoints`, `scripts.sweep --bank_final_checkpoints`); without it,
+a sweep that asks for more trains it from scratch.
 """
 
 import dataclasses
@@ -191,7 +192,7 @@ def _plan_one(run: plan.Run, old: Optional[plan.Run], source_dir: str, searches:
       and not os.path.isdir(os.path.join(plan.run_dir(source_dir, old),
                                          resumable.CHECKPOINTS_DIR))):
     return None, (f'the earlier run trained {old.total_rounds} rounds and has no checkpoints '
-                  f'(a bank) to train on to {run.total_rounds}')
+                  f'(a bank without --bank_final_checkpoints) to train on to {run.total_rounds}')
   if old.total_rounds > run.total_rounds:
     return None, f'the earlier run asks for {old.total_rounds} rounds, more than {run.total_rounds}'
   item = _copy_of(run, old, source_dir)
@@ -289,7 +290,8 @@ def _round(checkpoint: Optional[str]) -> int:
 
 def bank_runs(sweep_dir: str, bank_dir: str, spec: spec_lib.SweepSpec,
               default_total_rounds: int, runs: Sequence[plan.Run],
-              checkpoints: bool = False, resume_from: Optional[str] = None) -> list:
+              checkpoints: bool = False, resume_from: Optional[str] = None,
+              final_checkpoints: bool = False) -> list:
   """Copies `runs` of `sweep_dir` into the bank `bank_dir`; the run ids copied.
 
   A finished run is banked once: its `flags.json`, `metrics.csv` and
@@ -297,7 +299,11 @@ def bank_runs(sweep_dir: str, bank_dir: str, spec: spec_lib.SweepSpec,
   TensorBoard events or partial writes. With `checkpoints`, an unfinished run
   is banked too, with its latest checkpoint only (a few MB; not before it has
   one past round 0, the initial state), and banked again
-  when it has a later one or has finished (which replaces it). `bank_dir` gets
+  when it has a later one or has finished (which replaces it). With
+  `final_checkpoints`, a finished run keeps its final checkpoint (the last
+  round's state, a few MB), so that a later sweep of more rounds trains it on
+  from there, also from a fresh checkout; a run banked finished without it is
+  banked again with it. `bank_dir` gets
   this spec's manifest, so it is a sweep directory of the same spec:
   `--resume_from` and `--summary_only --sweep_dir=<bank>` read it. A copy is
   written under a temporary name and then moved into place. Raises
@@ -311,10 +317,13 @@ def bank_runs(sweep_dir: str, bank_dir: str, spec: spec_lib.SweepSpec,
   for run in runs:
     source, target = plan.run_dir(sweep_dir, run), plan.run_dir(bank_dir, run)
     _restore_replaced(target)
-    if plan.is_finished(bank_dir, run):
+    finished = plan.is_finished(sweep_dir, run)
+    final = resumable.latest_checkpoint(source) if final_checkpoints and finished else None
+    if plan.is_finished(bank_dir, run) and (
+        final is None or resumable.latest_checkpoint(target) is not None):
       continue
-    checkpoint = None
-    if not plan.is_finished(sweep_dir, run):
+    checkpoint = final
+    if not finished:
       checkpoint = resumable.latest_checkpoint(source) if checkpoints else None
       in_bank = resumable.latest_checkpoint(target)
       # Banked only past round 0 (the initial state: resuming from it trains

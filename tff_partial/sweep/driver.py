@@ -7,6 +7,7 @@ what is not finished yet and writes the summary; `summarize` only reads.
 
 import dataclasses
 import fnmatch
+import functools
 import os
 import shutil
 from typing import Callable, Optional, Sequence
@@ -189,12 +190,14 @@ class _Choices:
 
 
 def bank(prepared: Prepared, bank_dir: str, runs: Optional[Sequence[plan.Run]] = None,
-         checkpoints: bool = False) -> list:
+         checkpoints: bool = False, final_checkpoints: bool = False) -> list:
   """Banks the runs (default: all of the sweep's) in `bank_dir`; the run ids copied.
 
   `tff_partial.sweep.carry.bank_runs`: the finished runs without checkpoints
   or weights and, with `checkpoints`, the unfinished ones with their latest
-  checkpoint; a directory to commit, which `--resume_from=<bank_dir>` takes back.
+  checkpoint; with `final_checkpoints`, the finished ones with their final
+  checkpoint, to train on to more rounds; a directory to commit, which
+  `--resume_from=<bank_dir>` takes back.
   The bank records the sweep's `resume_from`, so that the runs still waiting
   for their search to choose are copied from there by a sweep resumed from
   the bank.
@@ -202,7 +205,8 @@ def bank(prepared: Prepared, bank_dir: str, runs: Optional[Sequence[plan.Run]] =
   return carry_lib.bank_runs(prepared.sweep_dir, bank_dir, prepared.spec,
                              prepared.default_total_rounds,
                              prepared.runs if runs is None else runs, checkpoints=checkpoints,
-                             resume_from=prepared.carry.source_dir if prepared.carry else None)
+                             resume_from=prepared.carry.source_dir if prepared.carry else None,
+                             final_checkpoints=final_checkpoints)
 
 
 def check_bank(prepared: Prepared, bank_dir: str) -> None:
@@ -213,7 +217,8 @@ def check_bank(prepared: Prepared, bank_dir: str) -> None:
 def run(prepared: Prepared, train: TrainInterface, *, parallel: int = 1,
         workers: Sequence[str] = (), print_fn=print, summary_dir: Optional[str] = None,
         interactive: Optional[bool] = None, search_only: bool = False,
-        bank_dir: Optional[str] = None, bank_checkpoints: bool = False) -> tuple:
+        bank_dir: Optional[str] = None, bank_checkpoints: bool = False,
+        bank_final_checkpoints: bool = False) -> tuple:
   """Runs every unfinished run, then summarizes: (SweepReport, summary paths).
 
   search_only: run only the learning-rate searches (`scripts.sweep
@@ -222,7 +227,8 @@ def run(prepared: Prepared, train: TrainInterface, *, parallel: int = 1,
   bank_dir: every finished run is banked there (`bank`): those finished
   before at the start, the others as each finishes. bank_checkpoints: the
   unfinished runs too, with their latest checkpoint, once the runs stop (the
-  sweep ends or is stopped by a signal).
+  sweep ends or is stopped by a signal). bank_final_checkpoints: each finished
+  run with its final checkpoint.
   """
   choices = _Choices(prepared)
   runs = search_runs(prepared) if search_only else prepared.runs
@@ -253,11 +259,13 @@ def run(prepared: Prepared, train: TrainInterface, *, parallel: int = 1,
   with manifest.Lock(prepared.sweep_dir):
     on_done = None
     if bank_dir is not None:  # first: a bank of another spec stops before the manifest
-      print_fn(f'--bank_dir={bank_dir}: {len(bank(prepared, bank_dir))} finished run(s) '
+      bank_now = functools.partial(bank, prepared, bank_dir,
+                                   final_checkpoints=bank_final_checkpoints)
+      print_fn(f'--bank_dir={bank_dir}: {len(bank_now())} finished run(s) '
                'banked now; the others are banked as they finish')
 
       def on_done(finished_run: plan.Run) -> None:
-        bank(prepared, bank_dir, [finished_run])
+        bank_now([finished_run])
     manifest.write(prepared.sweep_dir, prepared.spec, prepared.default_total_rounds,
                    resume_from=prepared.carry.source_dir if prepared.carry else None)
     if prepared.carry_note is not None:
@@ -273,7 +281,7 @@ def run(prepared: Prepared, train: TrainInterface, *, parallel: int = 1,
       report = sweep_runner.run()
     finally:  # also on a signal, once the runs have stopped
       if bank_dir is not None:  # and the runs copied from an earlier sweep as they started
-        banked = bank(prepared, bank_dir, checkpoints=bank_checkpoints)
+        banked = bank_now(checkpoints=bank_checkpoints)
         print_fn(f'--bank_dir={bank_dir}: {len(banked)} run(s) banked at the end'
                  + (' (unfinished ones with their latest checkpoint)' if bank_checkpoints
                     else ''))
