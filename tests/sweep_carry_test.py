@@ -648,6 +648,30 @@ class ExtendsTest(absltest.TestCase):
     self.assertEqual([c['name'] for c in self._load_child({'add_configs': [new]})['configs']],
                      ['fedavg', 'fixed', 'fedpt'])
 
+  def test_configs_that_share_a_name_are_all_kept_updated_and_dropped(self):
+    # As in fedpt_table1_cifar10_1500: one method at two rates, each with its own grid.
+    twins = [{'name': 'fedpt', 'flags': {'algorithm': 'fedpt', 'client_learning_rate': 0.03},
+              'grid': {'frozen_target_trainable_fraction': [0.26]}, 'lr_search': False},
+             {'name': 'fedpt', 'flags': {'algorithm': 'fedpt', 'client_learning_rate': 1.0},
+              'grid': {'frozen_target_trainable_fraction': [0.02]}, 'lr_search': False}]
+    root = self.create_tempdir().full_path
+    with open(os.path.join(root, 'twins.json'), 'w') as f:
+      json.dump(_with(_SPEC, name='twins', configs=twins), f)
+
+    def load(child):
+      with open(os.path.join(root, 'child.json'), 'w') as f:
+        json.dump({'extends': 'twins.json', 'name': 'child', **child}, f)
+      return spec_lib.load_spec(os.path.join(root, 'child.json'))
+
+    fedavg = {'name': 'fedavg', 'flags': {'algorithm': 'fedavg'}, 'lr_search': False}
+    loaded = load({'add_configs': [fedavg]})
+    self.assertEqual(loaded['configs'], twins + [fedavg])
+    self.assertLen(spec_lib.from_dict(loaded).expand(), 3)
+    self.assertEqual([c['flags']['client_epochs'] for c in load(
+        {'update_configs': [{'name': 'fedpt', 'flags': {'client_epochs': 2}}]})['configs']], [2, 2])
+    self.assertEqual(load({'drop_configs': ['fedpt'], 'add_configs': [fedavg]})['configs'],
+                     [fedavg])
+
   def test_bad_update_or_drop_configs_name_the_valid_configs(self):
     cases = [
         ({'drop_configs': ['fedpt']}, r"no config 'fedpt' in the parent spec; its configs: fedavg, fixed"),

@@ -398,41 +398,45 @@ def _update_parent_configs(path: str, parent_configs: Any, drop: Any, update: An
   replace) that config's flags, any other key it gives replaces the config's,
   and a value of null removes the flag or key. Order stays the parent's. Each
   entry of `add` is a whole config (checked later with the rest) whose name
-  no parent config has.
+  no parent config has. Configs may share a name (e.g. one method at two
+  learning rates, each with its own grid): every parent config kept, and
+  `drop` and `update` act on every config of the name.
   """
   if not _named_objects(parent_configs):
     raise SpecError(f'--spec={path}: "update_configs" / "drop_configs" / "add_configs" need a '
                     'parent spec whose "configs" are named')
-  configs = {c['name']: c for c in parent_configs}  # freshly read by load_spec: ours to change
-  names = ', '.join(configs)
+  # Freshly read by load_spec: ours to change. A list, not a dict by name:
+  # configs that share a name are all kept.
+  configs = list(parent_configs)
+  names = ', '.join(dict.fromkeys(c['name'] for c in configs))
   if not isinstance(drop, list) or not all(isinstance(n, str) for n in drop):
     raise SpecError(f'--spec={path}: "drop_configs" must be a list of config names')
   if not _named_objects(update):
     raise SpecError(f'--spec={path}: "update_configs" must be a list of objects with a "name"')
   for name in list(drop) + [u['name'] for u in update]:
-    if name not in configs:
+    if all(c['name'] != name for c in configs):
       raise SpecError(f'--spec={path}: no config {name!r} in the parent spec; its configs: '
                       f'{names}')
   for entry in update:
     if entry['name'] in drop:
       raise SpecError(f'--spec={path}: config {entry["name"]!r} is both updated and dropped')
-    config = configs[entry['name']]
-    for key, value in entry.items():
-      if key == 'flags' and isinstance(value, dict):
-        flags = {**config.get('flags', {}), **value}
-        config['flags'] = {k: v for k, v in flags.items() if v is not None}
-      elif value is None:
-        config.pop(key, None)
-      else:
-        config[key] = value
+    for config in (c for c in configs if c['name'] == entry['name']):
+      for key, value in entry.items():
+        if key == 'flags' and isinstance(value, dict):
+          flags = {**config.get('flags', {}), **value}
+          config['flags'] = {k: v for k, v in flags.items() if v is not None}
+        elif value is None:
+          config.pop(key, None)
+        else:
+          config[key] = value
   if not _named_objects(add):
     raise SpecError(f'--spec={path}: "add_configs" must be a list of configs, each with a '
                     '"name"')
   for entry in add:
-    if entry['name'] in configs:
+    if any(c['name'] == entry['name'] for c in configs):
       raise SpecError(f'--spec={path}: "add_configs": the parent spec already has a config '
                       f'{entry["name"]!r} (change it with "update_configs")')
-  return [c for name, c in configs.items() if name not in drop] + list(add)
+  return [c for c in configs if c['name'] not in drop] + list(add)
 
 
 def load_spec(path: str, _seen: tuple = ()) -> dict:
