@@ -408,13 +408,14 @@ def _update_parent_configs(path: str, parent_configs: Any, drop: Any, update: An
   # Freshly read by load_spec: ours to change. A list, not a dict by name:
   # configs that share a name are all kept.
   configs = list(parent_configs)
-  names = ', '.join(dict.fromkeys(c['name'] for c in configs))
+  known = dict.fromkeys(c['name'] for c in configs)  # each name once, in order
+  names = ', '.join(known)
   if not isinstance(drop, list) or not all(isinstance(n, str) for n in drop):
     raise SpecError(f'--spec={path}: "drop_configs" must be a list of config names')
   if not _named_objects(update):
     raise SpecError(f'--spec={path}: "update_configs" must be a list of objects with a "name"')
   for name in list(drop) + [u['name'] for u in update]:
-    if all(c['name'] != name for c in configs):
+    if name not in known:
       raise SpecError(f'--spec={path}: no config {name!r} in the parent spec; its configs: '
                       f'{names}')
   for entry in update:
@@ -433,7 +434,7 @@ def _update_parent_configs(path: str, parent_configs: Any, drop: Any, update: An
     raise SpecError(f'--spec={path}: "add_configs" must be a list of configs, each with a '
                     '"name"')
   for entry in add:
-    if any(c['name'] == entry['name'] for c in configs):
+    if entry['name'] in known:
       raise SpecError(f'--spec={path}: "add_configs": the parent spec already has a config '
                       f'{entry["name"]!r} (change it with "update_configs")')
   return [c for c in configs if c['name'] not in drop] + list(add)
