@@ -110,7 +110,7 @@ def _group(item: str) -> dict:
   observed, expected, probabilities, rounds = [], [], [], []
   first_sampler = None  # the group's freezable indices and frozen count (same in every run)
   for d, run_flags in zip(dirs, saved):
-    run_rounds, counts = coverage.read_counts(os.path.join(d, 'metrics.csv'))
+    run_rounds, counts = coverage.read_counts(os.path.join(d, resumable.METRICS_FILE))
     if counts.shape[1] != len(variables):
       raise UsageError(
           f'--runs: {d} counts {counts.shape[1]} variables, its task model has {len(variables)}')

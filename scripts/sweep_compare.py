@@ -19,6 +19,15 @@ carried in their names, e.g. the noise levels of one DP sweep:
   python -m scripts.sweep_compare --metric=loss \
       --sweeps=z0=docs/results/dp_fedpt_shakespeare_word,z1=docs/results/dp_fedpt_shakespeare_word \
       --suffixes=z0=_z0,z1=_z1 --reference=fedavg --configs=fedpt_lstm1
+
+--running compares a sweep that has not finished, which has no summary yet:
+each --sweeps item is then a sweep (or bank) directory, whose runs'
+metrics.csv are read as they stand. Only --window is compared, and only once
+every run has logged the window's last round:
+
+  python -m scripts.sweep_compare --running --window=3501,3750 \
+      --sweeps=r6000=experiments/banked/fedpt_table1_cifar10_6000 --reference=fedavg \
+      --configs=fedpt+frozen_target_trainable_fraction=0.2625
 """
 
 import sys
@@ -42,6 +51,9 @@ _METRIC = flags.DEFINE_enum(
 _SUFFIXES = flags.DEFINE_list(
     'suffixes', [], 'label=suffix,...: the configs of sweep <label> are named '
     '<config><suffix> (e.g. fedavg_z1 for --reference=fedavg and z1=_z1).')
+_RUNNING = flags.DEFINE_bool(
+    'running', False, 'The --sweeps directories are sweep (or bank) directories whose runs '
+    'may be unfinished: compare --window only, from each run\'s metrics.csv.')
 _OUTPUT = flags.DEFINE_string('output', None, 'Also write the table to this Markdown file.')
 
 
@@ -90,12 +102,14 @@ def main(argv):
   if len(argv) > 1:
     _fail(f'unexpected arguments: {" ".join(argv[1:])}')
   sweeps, window = _sweeps(), _window()
+  if _RUNNING.value and window is None:
+    _fail('--running compares rounds of unfinished runs: give --window=first,last')
   suffixes = _suffixes([label for label, _ in sweeps])
   if not _CONFIGS.value:
     _fail('--configs is required: the configs to compare with --reference')
   try:
     lines = compare.table(sweeps, _REFERENCE.value, _CONFIGS.value, window,
-                          metric=_METRIC.value, suffixes=suffixes)
+                          metric=_METRIC.value, suffixes=suffixes, running=_RUNNING.value)
   except compare.CompareError as e:
     _fail(str(e))
   text = '\n'.join(lines) + '\n'

@@ -143,6 +143,53 @@ class CompareTest(absltest.TestCase):
                                 r"'a' \(rewrite the summary with scripts.sweep --summary_only\)"):
       compare.read_arm(directory, 'a')
 
+  def _write_running_sweep(self):
+    """A sweep directory mid-run: runs' own metrics.csv, one run ahead, none finished."""
+    directory = os.path.join(self.create_tempdir().full_path, 'sweep')
+    # Evaluations every 2 rounds; seed 1 of fedavg has reached round 8, the others round 6.
+    curves = {'fedavg': {0: [0.30, 0.40, 0.50], 1: [0.34, 0.42, 0.46, 0.60]},
+              'fedpt': {0: [0.20, 0.30, 0.35], 1: [0.22, 0.36, 0.41]}}
+    for config, seeds in curves.items():
+      for seed, curve in seeds.items():
+        run_dir = os.path.join(directory, 'runs', config, f'seed_{seed}')
+        os.makedirs(run_dir)
+        with open(os.path.join(run_dir, 'metrics.csv'), 'w') as f:
+          f.write('round_num,evaluation/accuracy,evaluation/loss\n0,0.1,2.3\n')
+          for k, value in enumerate(curve, start=1):
+            f.write(f'{2 * k - 1},,\n{2 * k},{value},1.0\n')
+          # Round 4 retrained after a resume from the round-3 checkpoint: the last row counts.
+          f.write(f'4,{curve[1]},1.0\n')
+    # A finished run's directory is read the same way; a stray directory is ignored.
+    os.makedirs(os.path.join(directory, 'runs', 'fedpt', 'search_notes'))
+    return directory
+
+  def test_running_sweep_windows(self):
+    directory = self._write_running_sweep()
+    # Rounds 3-6: fedavg seed 0 (40 + 50) / 2 = 45, seed 1 (42 + 46) / 2 = 44: 44.5 ± 0.71;
+    # fedpt seed 0 32.5, seed 1 38.5: 35.5 ± 4.24; gap -9.0, s.e. sqrt(0.5/2 + 18/2) = 3.04.
+    fedavg, reached = compare.read_running_arm(directory, 'fedavg', (3, 6))
+    self.assertEqual(fedavg.seeds, (0, 1))
+    self.assertSequenceAlmostEqual(list(fedavg.values), [45.0, 44.0])
+    self.assertEqual(reached, 6)  # the least last round of its runs
+    lines = compare.table([('now', directory)], 'fedavg', ['fedpt'], window=(3, 6),
+                          running=True)
+    self.assertEqual(lines, [
+        '| arm | now, rounds 3-6 |', '|---|---|',
+        '| fedavg (2 seeds) | 44.50 ± 0.71 |', '| fedpt (2 seeds) | 35.50 ± 4.24 |',
+        '| gap fedpt - fedavg | -9.00 (s.e. 3.04) |', '',
+        'Running: every run compared has logged round 6 (now) or later.'])
+    with self.assertRaisesRegex(compare.CompareError, r'seed_0/metrics.csv has reached round 6, '
+                                r'before the end of window 5-8: pick a window that ends by '
+                                r'round 6, or wait'):
+      compare.read_running_arm(directory, 'fedavg', (5, 8))
+    with self.assertRaisesRegex(compare.CompareError, 'give a window'):
+      compare.table([('now', directory)], 'fedavg', ['fedpt'], running=True)
+    # A summary directory is not a sweep directory, and the error says so.
+    with self.assertRaisesRegex(compare.CompareError, r"no run of config 'fedavg' with a "
+                                r'metrics.csv; its configs: none \(--running reads a sweep '
+                                r'directory, not a summary\)'):
+      compare.read_running_arm(self.base, 'fedavg', (3, 4))
+
   def test_binary(self):
     def run(*args):
       return subprocess.run([sys.executable, '-m', 'scripts.sweep_compare', *args], cwd=_REPO,
@@ -173,6 +220,14 @@ class CompareTest(absltest.TestCase):
       result = run(*args)
       self.assertEqual(result.returncode, 2, result.stderr)
       self.assertEqual(testing_utils.own_stderr_lines(result.stderr), [error])
+    sweep = self._write_running_sweep()
+    result = run(f'--sweeps=now={sweep}', '--configs=fedpt', '--running', '--window=3,6')
+    self.assertEqual(result.returncode, 0, result.stderr)
+    self.assertIn('| gap fedpt - fedavg | -9.00 (s.e. 3.04) |', result.stdout)
+    result = run(f'--sweeps=now={sweep}', '--configs=fedpt', '--running')
+    self.assertEqual(result.returncode, 2, result.stderr)
+    self.assertEqual(testing_utils.own_stderr_lines(result.stderr), [
+        'error: --running compares rounds of unfinished runs: give --window=first,last'])
 
 
 if __name__ == '__main__':

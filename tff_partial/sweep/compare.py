@@ -22,6 +22,12 @@ of test loss):
 The "sweeps" compared may also be groups of configs of one sweep that differ
 in one factor and carry it in their names (`fedavg_z0`, `fedavg_z1`, ...):
 `suffixes` gives each label the suffix its configs' names end with.
+
+A sweep still running has no summary: `running=True` reads a sweep (or bank)
+directory instead, each run's own `runs/<config>/seed_<s>/metrics.csv`,
+finished or not. It compares windows only, and only a window that every run
+has logged to its last round, so that no arm is averaged over fewer rounds
+than another.
 Hand-written: a few means and square roots over CSV files; no library
 computes gaps of this layout.
 """
@@ -34,7 +40,9 @@ from typing import Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
+from tff_partial.sweep import plan
 from tff_partial.sweep import summary
+from tff_partial.training import resumable
 
 RUNS_CSV = 'runs.csv'
 CURVES_DIR = 'curves'
@@ -116,6 +124,25 @@ def _seeds(summary_dir: str, config: str, metric: str) -> dict:
   return {int(r['seed']): float(r[column]) for r in rows}
 
 
+def _window_mean(path: str, rows: Sequence[Mapping[str, str]], window: Tuple[int, int],
+                 metric: str) -> float:
+  """The mean of `rows`' evaluation/<metric> in the rounds of `window` (both included)."""
+  first, last = window
+  column = f'evaluation/{metric}'
+  evaluated = [float(r[column]) for r in rows
+               if first <= int(r['round_num']) <= last and r.get(column)]
+  if not evaluated:
+    raise CompareError(f'{path} has no evaluation in rounds {first}-{last}')
+  return float(np.mean(evaluated))
+
+
+def _read_rows(path: str) -> list:
+  try:
+    return summary.read_metrics_csv(path)  # a round a resumed run logged twice: the last
+  except OSError as e:
+    raise CompareError(f'cannot read {path}: {e.strerror}') from e
+
+
 def read_arm(summary_dir: str, config: str,
              window: Optional[Tuple[int, int]] = None, metric: str = 'accuracy') -> Arm:
   """`config`'s final test `metric` per seed, or its mean over the rounds of `window`.
@@ -130,21 +157,54 @@ def read_arm(summary_dir: str, config: str,
   seeds = tuple(sorted(finals))
   if window is None:
     return Arm(config, seeds, scale * np.array([finals[s] for s in seeds]), digits)
-  first, last = window
-  column = f'evaluation/{metric}'
   values = []
   for seed in seeds:
     path = os.path.join(summary_dir, CURVES_DIR, f'{config}_seed{seed}.csv')
-    try:
-      rows = summary.read_metrics_csv(path)  # a round a resumed run logged twice: the last
-    except OSError as e:
-      raise CompareError(f'cannot read {path}: {e.strerror}') from e
-    evaluated = [float(r[column]) for r in rows
-                 if first <= int(r['round_num']) <= last and r.get(column)]
-    if not evaluated:
-      raise CompareError(f'{path} has no evaluation in rounds {first}-{last}')
-    values.append(scale * float(np.mean(evaluated)))
+    values.append(scale * _window_mean(path, _read_rows(path), window, metric))
   return Arm(config, seeds, np.array(values), digits)
+
+
+def _running_seeds(sweep_dir: str, config: str) -> dict:
+  """seed -> metrics.csv of each run of `config` in a sweep directory, finished or not."""
+  runs_dir = os.path.join(sweep_dir, plan.RUNS_DIR)
+  config_dir = os.path.join(runs_dir, config)
+  paths = {}
+  if os.path.isdir(config_dir):
+    for name in os.listdir(config_dir):
+      path = os.path.join(config_dir, name, resumable.METRICS_FILE)
+      prefix, _, seed = name.partition('_')
+      if prefix == 'seed' and seed.isdigit() and os.path.exists(path):
+        paths[int(seed)] = path
+  if not paths:
+    configs = sorted(os.listdir(runs_dir)) if os.path.isdir(runs_dir) else []
+    raise CompareError(f'{sweep_dir} has no run of config {config!r} with a '
+                       f'{resumable.METRICS_FILE}; its configs: ' + (', '.join(configs) or 'none')
+                       + ' (--running reads a sweep directory, not a summary)')
+  return paths
+
+
+def read_running_arm(sweep_dir: str, config: str, window: Tuple[int, int],
+                     metric: str = 'accuracy') -> Tuple[Arm, int]:
+  """`config`'s mean over `window` per seed from a running sweep, and its least last round.
+
+  Reads each run's `metrics.csv` in `sweep_dir/runs/<config>/`, finished or
+  not, and refuses a window that a run has not logged to its last round.
+  """
+  _check_metric(metric)
+  scale, digits = summary.metric_scale(metric)[0], summary.metric_digits(metric)
+  paths = _running_seeds(sweep_dir, config)
+  seeds = tuple(sorted(paths))
+  values, reached = [], []
+  for seed in seeds:
+    rows = _read_rows(paths[seed])
+    last = int(rows[-1]['round_num']) if rows else 0
+    if last < window[1]:
+      raise CompareError(
+          f'{paths[seed]} has reached round {last}, before the end of window '
+          f'{window[0]}-{window[1]}: pick a window that ends by round {last}, or wait')
+    reached.append(last)
+    values.append(scale * _window_mean(paths[seed], rows, window, metric))
+  return Arm(config, seeds, np.array(values), digits), min(reached)
 
 
 def gap(arm: Arm, reference: Arm) -> Estimate:
@@ -161,7 +221,7 @@ def change(before: Estimate, after: Estimate) -> Estimate:
 
 def table(sweeps: Sequence[Tuple[str, str]], reference: str, configs: Sequence[str],
           window: Optional[Tuple[int, int]] = None, *, metric: str = 'accuracy',
-          suffixes: Optional[Mapping[str, str]] = None) -> list:
+          suffixes: Optional[Mapping[str, str]] = None, running: bool = False) -> list:
   """Markdown lines comparing `configs` and their gaps to `reference` across `sweeps`.
 
   sweeps: (label, summary directory) pairs, the first being the base that the
@@ -171,19 +231,33 @@ def table(sweeps: Sequence[Tuple[str, str]], reference: str, configs: Sequence[s
   and the curves' `evaluation/<metric>`.
   suffixes: label -> the suffix that sweep's config names end with (none: '');
   an arm `c` of sweep `label` is then the config `c + suffixes[label]`.
+  running: the directories are sweep (or bank) directories whose runs may be
+  unfinished (`read_running_arm`): only `window` is compared, and a last line
+  gives the round that every run of each sweep has reached.
   """
   suffixes = dict(suffixes or {})
   unknown = sorted(set(suffixes) - {label for label, _ in sweeps})
   if unknown:
     raise CompareError('suffixes name labels that no sweep has: ' + ', '.join(unknown))
-  views = [('final', None)] + ([(f'rounds {window[0]}-{window[1]}', window)] if window else [])
-  arms = {(label, view, c): read_arm(d, c + suffixes.get(label, ''), w, metric)
-          for label, d in sweeps for view, w in views for c in [reference, *configs]}
+  window_views = [(f'rounds {window[0]}-{window[1]}', window)] if window else []
+  if running:
+    if not window:
+      raise CompareError('a running sweep has no final round to compare: give a window')
+    views = window_views
+    read = {(label, view, c): read_running_arm(d, c + suffixes.get(label, ''), w, metric)
+            for label, d in sweeps for view, w in views for c in [reference, *configs]}
+    arms = {key: arm for key, (arm, _) in read.items()}
+    reached = {label: min(r for (l, _, _), (_, r) in read.items() if l == label)
+               for label, _ in sweeps}
+  else:
+    views = [('final', None)] + window_views
+    arms = {(label, view, c): read_arm(d, c + suffixes.get(label, ''), w, metric)
+            for label, d in sweeps for view, w in views for c in [reference, *configs]}
   header = ['arm'] + [f'{label}, {view}' for view, _ in views for label, _ in sweeps]
   lines = ['| ' + ' | '.join(header) + ' |', '|' + '---|' * len(header)]
   for config in [reference, *configs]:
     cells = [arms[(label, view, config)].text() for view, _ in views for label, _ in sweeps]
-    seeds = {len(arms[(label, 'final', config)].values) for label, _ in sweeps}
+    seeds = {len(arms[(label, views[0][0], config)].values) for label, _ in sweeps}
     lines.append(f'| {config} ({"/".join(str(n) for n in sorted(seeds))} seeds) | '
                  + ' | '.join(cells) + ' |')
   for config in configs:
@@ -203,4 +277,8 @@ def table(sweeps: Sequence[Tuple[str, str]], reference: str, configs: Sequence[s
             gap(arms[(base, view, config)], arms[(base, view, reference)]),
             gap(arms[(label, view, config)], arms[(label, view, reference)])).text())
       lines.append(f'- {label} against {base}, {view}: ' + '; '.join(parts))
+  if running:
+    lines.append('')
+    lines.append('Running: every run compared has logged round ' + ', '.join(
+        f'{reached[label]} ({label})' for label, _ in sweeps) + ' or later.')
   return lines

@@ -20,6 +20,7 @@ from tff_partial.sweep import plots
 from tff_partial.sweep import runner
 from tff_partial.sweep import spec as spec_lib
 from tff_partial.sweep import summary
+from tff_partial.training import resumable
 
 
 class CheckError(ValueError):
@@ -350,6 +351,6 @@ def _copy_curves(sweep_dir: str, runs: Sequence[plan.Run], curves_dir: str) -> s
   """
   os.makedirs(curves_dir, exist_ok=True)
   for run in runs:
-    shutil.copyfile(os.path.join(plan.run_dir(sweep_dir, run), 'metrics.csv'),
+    shutil.copyfile(os.path.join(plan.run_dir(sweep_dir, run), resumable.METRICS_FILE),
                     os.path.join(curves_dir, f'{run.config}_seed{run.seed}.csv'))
   return curves_dir

@@ -163,7 +163,7 @@ def read_run(sweep_dir: str, run: plan.Run, metric: str) -> Optional[RunResult]:
     return None
   with open(os.path.join(directory, plan.FINISHED_FILE)) as f:
     final = {k: float(v) for k, v in json.load(f).items()}
-  rows = read_metrics_csv(os.path.join(directory, 'metrics.csv'))
+  rows = read_metrics_csv(os.path.join(directory, resumable.METRICS_FILE))
   per_round = {int(r['round_num']): (int(float(r['comm/bytes_down_per_client'])),
                                      int(float(r['comm/bytes_up_per_client'])))
                for r in rows if int(r['round_num']) >= 1}

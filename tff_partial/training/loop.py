@@ -420,7 +420,7 @@ def run_training(
       logging.info('Removed %s, a partial write of a killed earlier process', path)
     managers += [
         tff.program.CSVFileReleaseManager(
-            file_path=os.path.join(output_dir, 'metrics.csv'), key_fieldname='round_num'),
+            file_path=os.path.join(output_dir, resumable.METRICS_FILE), key_fieldname='round_num'),
         tff.program.TensorBoardReleaseManager(
             os.path.join(output_dir, resumable.TENSORBOARD_DIR)),
     ]

@@ -28,6 +28,8 @@ CPU_PATH_KEY = 'cpu_path_resolved'
 # What a run writes last, once its final round is trained and evaluated; a run
 # directory without them resumes from its last checkpoint (`loop`).
 FINAL_EVAL_FILE = 'final_eval.json'
+# Each round's metrics, one row a round (a round retrained after a resume: again).
+METRICS_FILE = 'metrics.csv'
 WEIGHTS_FILE = 'model_weights.npz'
 # A run's flags, written when it starts and checked when it resumes (`loop`).
 FLAGS_FILE = 'flags.json'
