@@ -124,23 +124,35 @@ def _seeds(summary_dir: str, config: str, metric: str) -> dict:
   return {int(r['seed']): float(r[column]) for r in rows}
 
 
-def _window_mean(path: str, rows: Sequence[Mapping[str, str]], window: Tuple[int, int],
-                 metric: str) -> float:
-  """The mean of `rows`' evaluation/<metric> in the rounds of `window` (both included)."""
+def _window_arm(config: str, paths: Mapping[int, str], window: Tuple[int, int], metric: str,
+                *, must_reach: bool = False) -> Tuple[Arm, int]:
+  """Per seed, the mean evaluation/<metric> over `window` of the CSV `paths[seed]`.
+
+  Also returns the least last round the CSVs logged; `must_reach` refuses a
+  CSV whose last round is before the window's end.
+  """
+  scale, digits = summary.metric_scale(metric)[0], summary.metric_digits(metric)
   first, last = window
   column = f'evaluation/{metric}'
-  evaluated = [float(r[column]) for r in rows
-               if first <= int(r['round_num']) <= last and r.get(column)]
-  if not evaluated:
-    raise CompareError(f'{path} has no evaluation in rounds {first}-{last}')
-  return float(np.mean(evaluated))
-
-
-def _read_rows(path: str) -> list:
-  try:
-    return summary.read_metrics_csv(path)  # a round a resumed run logged twice: the last
-  except OSError as e:
-    raise CompareError(f'cannot read {path}: {e.strerror}') from e
+  seeds = tuple(sorted(paths))
+  values, reached = [], []
+  for seed in seeds:
+    path = paths[seed]
+    try:
+      rows = summary.read_metrics_csv(path)  # a round a resumed run logged twice: the last
+    except OSError as e:
+      raise CompareError(f'cannot read {path}: {e.strerror}') from e
+    logged = int(rows[-1]['round_num']) if rows else 0
+    if must_reach and logged < last:
+      raise CompareError(f'{path} has reached round {logged}, before the end of window '
+                         f'{first}-{last}: pick a window that ends by round {logged}, or wait')
+    evaluated = [float(r[column]) for r in rows
+                 if first <= int(r['round_num']) <= last and r.get(column)]
+    if not evaluated:
+      raise CompareError(f'{path} has no evaluation in rounds {first}-{last}')
+    values.append(scale * float(np.mean(evaluated)))
+    reached.append(logged)
+  return Arm(config, seeds, np.array(values), digits), min(reached)
 
 
 def read_arm(summary_dir: str, config: str,
@@ -152,16 +164,13 @@ def read_arm(summary_dir: str, config: str,
   round logged twice, by a run resumed from a checkpoint, the last).
   """
   _check_metric(metric)
-  scale, digits = summary.metric_scale(metric)[0], summary.metric_digits(metric)
   finals = _seeds(summary_dir, config, metric)
   seeds = tuple(sorted(finals))
   if window is None:
+    scale, digits = summary.metric_scale(metric)[0], summary.metric_digits(metric)
     return Arm(config, seeds, scale * np.array([finals[s] for s in seeds]), digits)
-  values = []
-  for seed in seeds:
-    path = os.path.join(summary_dir, CURVES_DIR, f'{config}_seed{seed}.csv')
-    values.append(scale * _window_mean(path, _read_rows(path), window, metric))
-  return Arm(config, seeds, np.array(values), digits)
+  paths = {s: os.path.join(summary_dir, CURVES_DIR, f'{config}_seed{s}.csv') for s in seeds}
+  return _window_arm(config, paths, window, metric)[0]
 
 
 def _running_seeds(sweep_dir: str, config: str) -> dict:
@@ -191,20 +200,7 @@ def read_running_arm(sweep_dir: str, config: str, window: Tuple[int, int],
   not, and refuses a window that a run has not logged to its last round.
   """
   _check_metric(metric)
-  scale, digits = summary.metric_scale(metric)[0], summary.metric_digits(metric)
-  paths = _running_seeds(sweep_dir, config)
-  seeds = tuple(sorted(paths))
-  values, reached = [], []
-  for seed in seeds:
-    rows = _read_rows(paths[seed])
-    last = int(rows[-1]['round_num']) if rows else 0
-    if last < window[1]:
-      raise CompareError(
-          f'{paths[seed]} has reached round {last}, before the end of window '
-          f'{window[0]}-{window[1]}: pick a window that ends by round {last}, or wait')
-    reached.append(last)
-    values.append(scale * _window_mean(paths[seed], rows, window, metric))
-  return Arm(config, seeds, np.array(values), digits), min(reached)
+  return _window_arm(config, _running_seeds(sweep_dir, config), window, metric, must_reach=True)
 
 
 def gap(arm: Arm, reference: Arm) -> Estimate:
@@ -239,20 +235,21 @@ def table(sweeps: Sequence[Tuple[str, str]], reference: str, configs: Sequence[s
   unknown = sorted(set(suffixes) - {label for label, _ in sweeps})
   if unknown:
     raise CompareError('suffixes name labels that no sweep has: ' + ', '.join(unknown))
-  window_views = [(f'rounds {window[0]}-{window[1]}', window)] if window else []
-  if running:
-    if not window:
-      raise CompareError('a running sweep has no final round to compare: give a window')
-    views = window_views
-    read = {(label, view, c): read_running_arm(d, c + suffixes.get(label, ''), w, metric)
-            for label, d in sweeps for view, w in views for c in [reference, *configs]}
-    arms = {key: arm for key, (arm, _) in read.items()}
-    reached = {label: min(r for (l, _, _), (_, r) in read.items() if l == label)
-               for label, _ in sweeps}
-  else:
-    views = [('final', None)] + window_views
-    arms = {(label, view, c): read_arm(d, c + suffixes.get(label, ''), w, metric)
-            for label, d in sweeps for view, w in views for c in [reference, *configs]}
+  if running and not window:
+    raise CompareError('a running sweep has no final round to compare: give a window')
+  views = ([] if running else [('final', None)]) + (
+      [(f'rounds {window[0]}-{window[1]}', window)] if window else [])
+  reached = {}  # running: label -> the least last round of its runs
+
+  def read(label: str, directory: str, config: str, w) -> Arm:
+    if not running:
+      return read_arm(directory, config, w, metric)
+    arm, logged = read_running_arm(directory, config, w, metric)
+    reached[label] = min(logged, reached.get(label, logged))
+    return arm
+
+  arms = {(label, view, c): read(label, d, c + suffixes.get(label, ''), w)
+          for label, d in sweeps for view, w in views for c in [reference, *configs]}
   header = ['arm'] + [f'{label}, {view}' for view, _ in views for label, _ in sweeps]
   lines = ['| ' + ' | '.join(header) + ' |', '|' + '---|' * len(header)]
   for config in [reference, *configs]:
