@@ -28,6 +28,10 @@ every run has logged the window's last round:
   python -m scripts.sweep_compare --running --window=3501,3750 \
       --sweeps=r6000=experiments/banked/fedpt_table1_cifar10_6000 --reference=fedavg \
       --configs=fedpt+frozen_target_trainable_fraction=0.2625
+
+--paired adds, per sweep and view, each config's gap to --reference seed by
+seed, and the mean and s.e. of those paired gaps: arms of one sweep with the
+same seed and clients per round meet the same clients in the same rounds.
 """
 
 import sys
@@ -54,6 +58,9 @@ _SUFFIXES = flags.DEFINE_list(
 _RUNNING = flags.DEFINE_bool(
     'running', False, 'The --sweeps directories are sweep (or bank) directories whose runs '
     'may be unfinished: compare --window only, from each run\'s metrics.csv.')
+_PAIRED = flags.DEFINE_bool(
+    'paired', False, 'Also list each config\'s gap to --reference seed by seed, with the '
+    'mean and s.e. of those paired gaps (arms of one sweep at one seed meet the same clients).')
 _OUTPUT = flags.DEFINE_string('output', None, 'Also write the table to this Markdown file.')
 
 
@@ -109,7 +116,8 @@ def main(argv):
     _fail('--configs is required: the configs to compare with --reference')
   try:
     lines = compare.table(sweeps, _REFERENCE.value, _CONFIGS.value, window,
-                          metric=_METRIC.value, suffixes=suffixes, running=_RUNNING.value)
+                          metric=_METRIC.value, suffixes=suffixes, running=_RUNNING.value,
+                          paired_seeds=_PAIRED.value)
   except compare.CompareError as e:
     _fail(str(e))
   text = '\n'.join(lines) + '\n'

@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 from absl.testing import absltest
+import numpy as np
 
 from tests import testing_utils
 from tff_partial.sweep import compare
@@ -92,6 +93,20 @@ class CompareTest(absltest.TestCase):
                                         '-8.00 (s.e. 2.00) | -7.50 (s.e. '))
     self.assertEqual(lines[6], '- more against base, final: fedavg +8.00 (s.e. 1.15); '
                                'pvt +10.00 (s.e. 2.31); gap of pvt +2.00 (s.e. 2.58)')
+
+  def test_paired_by_seed(self):
+    # Final accuracy, base: pvt - fedavg per seed 30-40, 32-44, 34-42 = -10, -12, -8;
+    # mean -10, std 2, s.e. 2 / sqrt(3) = 1.15.
+    lines = compare.table([('base', self.base)], 'fedavg', ['pvt'], paired_seeds=True)
+    self.assertEqual(lines[-2:], ['', '- paired by seed, base, final, gap to fedavg: pvt '
+                                  '-10.00 / -12.00 / -8.00 (seeds 0/1/2: -10.00 (s.e. 1.15), '
+                                  '3 below, 0 above)'])
+    # Only the seeds both arms ran are paired: seeds 1 and 3 here, +1 and -2.
+    arm = compare.Arm('a', (0, 1, 3), np.array([5.0, 6.0, 7.0]))
+    reference = compare.Arm('r', (1, 2, 3), np.array([5.0, 1.0, 9.0]))
+    seeds, diffs = compare.paired(arm, reference)
+    self.assertEqual(seeds, (1, 3))
+    self.assertSequenceAlmostEqual(list(diffs), [1.0, -2.0])
 
   def test_missing_config_names_the_configs(self):
     with self.assertRaisesRegex(compare.CompareError, "no finished run of config 'select'; "
@@ -224,6 +239,13 @@ class CompareTest(absltest.TestCase):
     result = run(f'--sweeps=now={sweep}', '--configs=fedpt', '--running', '--window=3,6')
     self.assertEqual(result.returncode, 0, result.stderr)
     self.assertIn('| gap fedpt - fedavg | -9.00 (s.e. 3.04) |', result.stdout)
+    # Paired: fedpt - fedavg per seed 32.5 - 45 = -12.5 and 38.5 - 44 = -5.5; mean -9.0,
+    # std 7 / sqrt(2) = 4.95, s.e. 4.95 / sqrt(2) = 3.50.
+    result = run(f'--sweeps=now={sweep}', '--configs=fedpt', '--running', '--window=3,6',
+                 '--paired')
+    self.assertEqual(result.returncode, 0, result.stderr)
+    self.assertIn('- paired by seed, now, rounds 3-6, gap to fedavg: fedpt -12.50 / -5.50 '
+                  '(seeds 0/1: -9.00 (s.e. 3.50), 2 below, 0 above)\n', result.stdout)
     result = run(f'--sweeps=now={sweep}', '--configs=fedpt', '--running')
     self.assertEqual(result.returncode, 2, result.stderr)
     self.assertEqual(testing_utils.own_stderr_lines(result.stderr), [

@@ -15,8 +15,15 @@ of test loss):
   in those rounds), which is less noisy than one round;
 - mean ± sample standard deviation over seeds;
 - gap = mean(arm) - mean(reference), with the standard error of a difference
-  of two independent means, sqrt(s_a^2 / n_a + s_r^2 / n_r) (the seeds of two
-  arms are not paired: their sampled clients differ);
+  of two independent means, sqrt(s_a^2 / n_a + s_r^2 / n_r). It ignores the
+  pairing: two arms of one sweep run with the same seed and the same clients
+  per round meet the same clients in the same rounds (the loop samples them
+  as a function of (seed, round)), so their seeds are paired, and this s.e.
+  is too large when an arm's seeds move with the reference's and too small
+  when they move apart;
+- paired by seed (`paired_seeds`): arm - reference on each seed that both
+  ran, their mean, and the s.e. of that mean, std(d) / sqrt(n); it shows
+  whether every seed points the same way;
 - the change of a gap (or of an arm) between two sweeps: the difference, with
   sqrt(se_1^2 + se_2^2).
 The "sweeps" compared may also be groups of configs of one sweep that differ
@@ -209,6 +216,13 @@ def gap(arm: Arm, reference: Arm) -> Estimate:
                   arm.digits)
 
 
+def paired(arm: Arm, reference: Arm) -> Tuple[Tuple[int, ...], np.ndarray]:
+  """The seeds that both arms ran, and arm - reference on each of them."""
+  values = dict(zip(reference.seeds, reference.values))
+  seeds = tuple(s for s in arm.seeds if s in values)
+  return seeds, np.array([v - values[s] for s, v in zip(arm.seeds, arm.values) if s in values])
+
+
 def change(before: Estimate, after: Estimate) -> Estimate:
   """after - before, two independent estimates."""
   return Estimate(after.mean - before.mean, math.sqrt(before.se ** 2 + after.se ** 2),
@@ -217,7 +231,8 @@ def change(before: Estimate, after: Estimate) -> Estimate:
 
 def table(sweeps: Sequence[Tuple[str, str]], reference: str, configs: Sequence[str],
           window: Optional[Tuple[int, int]] = None, *, metric: str = 'accuracy',
-          suffixes: Optional[Mapping[str, str]] = None, running: bool = False) -> list:
+          suffixes: Optional[Mapping[str, str]] = None, running: bool = False,
+          paired_seeds: bool = False) -> list:
   """Markdown lines comparing `configs` and their gaps to `reference` across `sweeps`.
 
   sweeps: (label, summary directory) pairs, the first being the base that the
@@ -230,6 +245,8 @@ def table(sweeps: Sequence[Tuple[str, str]], reference: str, configs: Sequence[s
   running: the directories are sweep (or bank) directories whose runs may be
   unfinished (`read_running_arm`): only `window` is compared, and a last line
   gives the round that every run of each sweep has reached.
+  paired_seeds: also list each config's gap to `reference` seed by seed
+  (`paired`), one line per sweep and view.
   """
   suffixes = dict(suffixes or {})
   unknown = sorted(set(suffixes) - {label for label, _ in sweeps})
@@ -261,6 +278,22 @@ def table(sweeps: Sequence[Tuple[str, str]], reference: str, configs: Sequence[s
     cells = [gap(arms[(label, view, config)], arms[(label, view, reference)]).text()
              for view, _ in views for label, _ in sweeps]
     lines.append(f'| gap {config} - {reference} | ' + ' | '.join(cells) + ' |')
+  if paired_seeds:
+    lines.append('')
+    for view, _ in views:
+      for label, _ in sweeps:
+        parts = []
+        for config in configs:
+          seeds, diffs = paired(arms[(label, view, config)], arms[(label, view, reference)])
+          digits = arms[(label, view, config)].digits
+          se = (float(np.std(diffs, ddof=1)) / math.sqrt(len(diffs)) if len(diffs) > 1
+                else math.nan)
+          parts.append(f'{config} ' + ' / '.join(f'{d:+.{digits}f}' for d in diffs)
+                       + f' (seeds {"/".join(str(s) for s in seeds)}: '
+                       + Estimate(float(np.mean(diffs)), se, digits).text()
+                       + f', {int(np.sum(diffs < 0))} below, {int(np.sum(diffs > 0))} above)')
+        lines.append(f'- paired by seed, {label}, {view}, gap to {reference}: '
+                     + '; '.join(parts))
   base = sweeps[0][0]
   for label, _ in sweeps[1:]:
     lines.append('')
