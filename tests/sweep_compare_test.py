@@ -107,6 +107,11 @@ class CompareTest(absltest.TestCase):
     seeds, diffs = compare.paired(arm, reference)
     self.assertEqual(seeds, (1, 3))
     self.assertSequenceAlmostEqual(list(diffs), [1.0, -2.0])
+    # Arms that share no seed cannot be paired, and the table says so.
+    apart = os.path.join(self.create_tempdir().full_path, 'apart')
+    _write_summary(apart, {'fedavg': {0: _BASE['fedavg'][0]}, 'pvt': {1: _BASE['pvt'][1]}})
+    with self.assertRaisesRegex(compare.CompareError, 'pvt and fedavg of x share no seed'):
+      compare.table([('x', apart)], 'fedavg', ['pvt'], paired_seeds=True)
 
   def test_missing_config_names_the_configs(self):
     with self.assertRaisesRegex(compare.CompareError, "no finished run of config 'select'; "

@@ -285,6 +285,8 @@ def table(sweeps: Sequence[Tuple[str, str]], reference: str, configs: Sequence[s
         parts = []
         for config in configs:
           seeds, diffs = paired(arms[(label, view, config)], arms[(label, view, reference)])
+          if not seeds:
+            raise CompareError(f'{config} and {reference} of {label} share no seed to pair')
           digits = arms[(label, view, config)].digits
           se = (float(np.std(diffs, ddof=1)) / math.sqrt(len(diffs)) if len(diffs) > 1
                 else math.nan)
