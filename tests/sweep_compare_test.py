@@ -104,13 +104,13 @@ class CompareTest(absltest.TestCase):
     # Only the seeds both arms ran are paired: seeds 1 and 3 here, +1 and -2.
     arm = compare.Arm('a', (0, 1, 3), np.array([5.0, 6.0, 7.0]))
     reference = compare.Arm('r', (1, 2, 3), np.array([5.0, 1.0, 9.0]))
-    seeds, diffs = compare.paired(arm, reference)
-    self.assertEqual(seeds, (1, 3))
-    self.assertSequenceAlmostEqual(list(diffs), [1.0, -2.0])
+    diffs = compare.paired(arm, reference)
+    self.assertEqual(diffs.seeds, (1, 3))
+    self.assertSequenceAlmostEqual(list(diffs.values), [1.0, -2.0])
     # Arms that share no seed cannot be paired, and the table says so.
     apart = os.path.join(self.create_tempdir().full_path, 'apart')
     _write_summary(apart, {'fedavg': {0: _BASE['fedavg'][0]}, 'pvt': {1: _BASE['pvt'][1]}})
-    with self.assertRaisesRegex(compare.CompareError, 'pvt and fedavg of x share no seed'):
+    with self.assertRaisesRegex(compare.CompareError, 'pvt and fedavg share no seed'):
       compare.table([('x', apart)], 'fedavg', ['pvt'], paired_seeds=True)
 
   def test_missing_config_names_the_configs(self):

@@ -216,11 +216,21 @@ def gap(arm: Arm, reference: Arm) -> Estimate:
                   arm.digits)
 
 
-def paired(arm: Arm, reference: Arm) -> Tuple[Tuple[int, ...], np.ndarray]:
-  """The seeds that both arms ran, and arm - reference on each of them."""
+def paired(arm: Arm, reference: Arm) -> Arm:
+  """arm - reference on each seed that both ran, as an Arm (its estimate: the paired gap)."""
   values = dict(zip(reference.seeds, reference.values))
   seeds = tuple(s for s in arm.seeds if s in values)
-  return seeds, np.array([v - values[s] for s, v in zip(arm.seeds, arm.values) if s in values])
+  if not seeds:
+    raise CompareError(f'{arm.config} and {reference.config} share no seed to pair')
+  diffs = [v - values[s] for s, v in zip(arm.seeds, arm.values) if s in values]
+  return Arm(f'{arm.config} - {reference.config}', seeds, np.array(diffs), arm.digits)
+
+
+def _paired_text(arm: Arm, reference: Arm) -> str:
+  d = paired(arm, reference)
+  return (f'{arm.config} ' + ' / '.join(f'{v:+.{d.digits}f}' for v in d.values)
+          + f' (seeds {"/".join(str(s) for s in d.seeds)}: {d.estimate().text()}, '
+          f'{int(np.sum(d.values < 0))} below, {int(np.sum(d.values > 0))} above)')
 
 
 def change(before: Estimate, after: Estimate) -> Estimate:
@@ -282,20 +292,9 @@ def table(sweeps: Sequence[Tuple[str, str]], reference: str, configs: Sequence[s
     lines.append('')
     for view, _ in views:
       for label, _ in sweeps:
-        parts = []
-        for config in configs:
-          seeds, diffs = paired(arms[(label, view, config)], arms[(label, view, reference)])
-          if not seeds:
-            raise CompareError(f'{config} and {reference} of {label} share no seed to pair')
-          digits = arms[(label, view, config)].digits
-          se = (float(np.std(diffs, ddof=1)) / math.sqrt(len(diffs)) if len(diffs) > 1
-                else math.nan)
-          parts.append(f'{config} ' + ' / '.join(f'{d:+.{digits}f}' for d in diffs)
-                       + f' (seeds {"/".join(str(s) for s in seeds)}: '
-                       + Estimate(float(np.mean(diffs)), se, digits).text()
-                       + f', {int(np.sum(diffs < 0))} below, {int(np.sum(diffs > 0))} above)')
-        lines.append(f'- paired by seed, {label}, {view}, gap to {reference}: '
-                     + '; '.join(parts))
+        lines.append(f'- paired by seed, {label}, {view}, gap to {reference}: ' + '; '.join(
+            _paired_text(arms[(label, view, c)], arms[(label, view, reference)])
+            for c in configs))
   base = sweeps[0][0]
   for label, _ in sweeps[1:]:
     lines.append('')
