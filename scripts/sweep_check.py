@@ -9,7 +9,8 @@ It prints one JSON object: `errors` (per argv, one line or null) and
 `total_rounds_default`. It parses each argv into scripts.train's flags and
 runs the checks scripts.train makes before it loads data: unknown flags and
 bad values (absl), flags of another --algorithm or --aggregator, task flags
-of another task, optimizer and client settings.
+of another task, optimizer and client settings, and layer names and key
+counts against the task's model (`train.check_model_flags`).
 """
 
 import json
@@ -29,6 +30,7 @@ def check_argv(argv) -> 'str | None':
   try:
     all_flags(['scripts.train'] + list(argv))
     train._validate_common()  # pylint: disable=protected-access  (scripts.train's checks)
+    train.check_model_flags()
     flag_groups.task_hparams(flag_groups.TASK.value)
     flag_groups.client_specs()
     flag_groups.client_optimizer()

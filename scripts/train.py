@@ -67,6 +67,22 @@ def validate_training_flags() -> None:
   aggregators.validate_flags(algorithm)
 
 
+def check_model_flags() -> None:
+  """Checks the method's layer flags against the task's model, loading no data.
+
+  `FlagError` for a layer the model lacks (`--frozen_layers`, `--select_layer`)
+  or more keys than a layer has, before `create_task` loads the data. Tasks
+  registered without a `model_fn` are checked when they are built.
+  """
+  check = getattr(_METHOD_MODULES[_ALGORITHM.value], 'check_model', None)
+  if check is None:
+    return
+  task_name = flag_groups.TASK.value
+  keras_model_fn = registry.keras_model_fn(task_name, **flag_groups.task_hparams(task_name))
+  if keras_model_fn is not None:
+    check(keras_model_fn)
+
+
 def _validate_common() -> None:
   validate_training_flags()
   if not _DRY_RUN.value and not flag_groups.EXPERIMENT_NAME.value:
@@ -166,6 +182,7 @@ def main(argv):
     # Before TFF starts its worker, which inherits the setting.
     determinism.configure(flag_groups.DETERMINISTIC.value)
     runtime_flags.configure_from_flags()
+    check_model_flags()  # after TF's runtime settings: it builds a model
     task = flag_groups.create_task()
     if flag_groups.CLIENTS_PER_ROUND.value > task.population:
       raise flag_groups.FlagError(

@@ -274,21 +274,33 @@ def _channel_stats(x: np.ndarray):
   return mean.astype(np.float32), np.sqrt(var / len(pixels)).astype(np.float32)
 
 
-def create_cifar10_task(*, train_client_spec, eval_client_spec, data_source, data_dir,
-                        cache_dir, seed, num_clients, examples_per_client, alpha,
-                        width, crop_size, gn_groups, split) -> registry.Task:
-  """The `cifar10_resnet18` task (see module docstring)."""
+def _check_hparams(*, num_clients, examples_per_client, alpha, width, crop_size,
+                   gn_groups, split) -> None:
   if split not in SPLITS:
     raise registry.TaskError(f'--cifar10_split={split!r}; valid values: {", ".join(SPLITS)}')
-  for flag, value in (('num_clients', num_clients),
-                      ('examples_per_client', examples_per_client),
-                      ('width', width), ('crop_size', crop_size), ('gn_groups', gn_groups)):
-    if value < 1:
-      raise registry.TaskError(f'--cifar10_{flag}={value} must be a positive integer')
+  registry.check_positive_hparams(
+      'cifar10', num_clients=num_clients, examples_per_client=examples_per_client,
+      width=width, crop_size=crop_size, gn_groups=gn_groups)
   if not alpha > 0:
     raise registry.TaskError(f'--cifar10_alpha={alpha} must be > 0')
   if crop_size > 32:
     raise registry.TaskError(f'--cifar10_crop_size={crop_size} must be <= 32')
+
+
+def model_from_hparams(**hparams) -> tf.keras.Model:
+  """The registry's `model_fn`: the task's ResNet-18-GN, reading no data."""
+  _check_hparams(**hparams)
+  return create_resnet18_gn(width=hparams['width'], image_size=hparams['crop_size'],
+                            gn_groups=hparams['gn_groups'])
+
+
+def create_cifar10_task(*, train_client_spec, eval_client_spec, data_source, data_dir,
+                        cache_dir, seed, num_clients, examples_per_client, alpha,
+                        width, crop_size, gn_groups, split) -> registry.Task:
+  """The `cifar10_resnet18` task (see module docstring)."""
+  _check_hparams(num_clients=num_clients, examples_per_client=examples_per_client,
+                 alpha=alpha, width=width, crop_size=crop_size, gn_groups=gn_groups,
+                 split=split)
   x_train, y_train, x_test, y_test, source = load_cifar10(
       data_source, data_dir, cache_dir,
       num_synthetic=num_clients * examples_per_client, seed=seed)
@@ -363,4 +375,5 @@ registry.register_task(
                   'examples_per_client on average (Yu et al. 2020)'),
     },
     data_sources=('auto', 'tff', 'jpeg', 'synthetic'),
-    description='ResNet-18-GN on CIFAR-10, Dirichlet label split (FedPT, PVT)')
+    description='ResNet-18-GN on CIFAR-10, Dirichlet label split (FedPT, PVT)',
+    model_fn=model_from_hparams)

@@ -179,11 +179,12 @@ def _create(model_builder, name):
 _SOURCES = ('auto', 'tff', 'leaf', 'synthetic')
 registry.register_task(
     'emnist_cnn', _create(create_cnn, 'emnist_cnn'), flag_prefix='emnist',
-    data_sources=_SOURCES, description='FedAvg CNN on FEMNIST')
+    data_sources=_SOURCES, description='FedAvg CNN on FEMNIST', model_fn=create_cnn)
 registry.register_task(
     'emnist_cnn_gn', _create(functools.partial(create_cnn, group_norm=True), 'emnist_cnn_gn'),
     flag_prefix='emnist', data_sources=_SOURCES,
-    description='FedAvg CNN + GroupNorm after conv2 on FEMNIST (FedPT)')
+    description='FedAvg CNN + GroupNorm after conv2 on FEMNIST (FedPT)',
+    model_fn=functools.partial(create_cnn, group_norm=True))
 registry.register_task(
     'emnist_2nn', _create(create_2nn, 'emnist_2nn'), flag_prefix='emnist',
-    data_sources=_SOURCES, description='2NN (200-200) on FEMNIST')
+    data_sources=_SOURCES, description='2NN (200-200) on FEMNIST', model_fn=create_2nn)

@@ -9,11 +9,15 @@ them by name), the loss and metrics, and where the data came from.
 Each task family registers a `create_fn(**hparams, data_source, data_dir,
 cache_dir, train_client_spec, eval_client_spec, seed)` together with its own
 hyperparameters; binaries turn those into prefixed absl flags
-(`--cifar10_num_clients`, ...) with `scripts/flag_groups.py`.
+(`--cifar10_num_clients`, ...) with `scripts/flag_groups.py`. A family also
+registers a `model_fn(**hparams)` that builds its Keras model without data, so
+that binaries check flags naming layers (`--frozen_layers`, `--select_layer`)
+before they load the data (`keras_model_fn`).
 """
 
 import collections
 import dataclasses
+import functools
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 import tensorflow as tf
@@ -302,6 +306,7 @@ class TaskSpec:
   hparam_help: Mapping[str, str]
   data_sources: Sequence[str]
   description: str
+  model_fn: Optional[Callable[..., tf.keras.Model]] = None
 
 
 _REGISTRY: 'collections.OrderedDict[str, TaskSpec]' = collections.OrderedDict()
@@ -316,8 +321,14 @@ def register_task(
     hparam_help: Optional[Mapping[str, str]] = None,
     data_sources: Sequence[str] = ('auto', 'synthetic'),
     description: str = '',
+    model_fn: Optional[Callable[..., tf.keras.Model]] = None,
 ) -> None:
-  """Registers a task family member. `hparams` maps name -> default value."""
+  """Registers a task family member. `hparams` maps name -> default value.
+
+  `model_fn(**hparams)`: the task's uncompiled Keras model (the same as the
+  built task's `keras_model_fn`) from the hyperparameters alone, reading no
+  data; `TaskError` for hyperparameters that make no model.
+  """
   if name in _REGISTRY:
     raise ValueError(f'task {name!r} is already registered')
   hparams = dict(hparams or {})
@@ -330,6 +341,7 @@ def register_task(
       hparam_help=hparam_help,
       data_sources=tuple(data_sources),
       description=description,
+      model_fn=model_fn,
   )
 
 
@@ -386,12 +398,7 @@ def create_task(
 ) -> Task:
   """Builds task `name`; unknown hparams or data sources raise `TaskError`."""
   spec = get_spec(name)
-  unknown = set(hparams) - set(spec.hparams)
-  if unknown:
-    raise TaskError(
-        f'task {name!r} has no hyperparameter(s) {sorted(unknown)}; it takes '
-        f'{sorted(spec.hparams) or "none"}'
-    )
+  kwargs = _hparams_with_defaults(spec, hparams)
   if data_source not in spec.data_sources:
     raise TaskError(
         f'--data_source={data_source!r} is not available for --task={name}; '
@@ -401,8 +408,6 @@ def create_task(
     eval_client_spec = tff.simulation.baselines.ClientSpec(
         num_epochs=1, batch_size=128, shuffle_buffer_size=1
     )
-  kwargs = dict(spec.hparams)
-  kwargs.update(hparams)
   return spec.create_fn(
       train_client_spec=train_client_spec,
       eval_client_spec=eval_client_spec,
@@ -412,6 +417,41 @@ def create_task(
       seed=seed,
       **kwargs,
   )
+
+
+def check_positive_hparams(prefix: str, **values) -> None:
+  """`TaskError` naming `--<prefix>_<name>` for each value below 1."""
+  for name, value in values.items():
+    if value < 1:
+      raise TaskError(f'--{prefix}_{name}={value} must be a positive integer')
+
+
+def keras_model_fn(name: str, **hparams) -> Optional[GraphSeeded]:
+  """A no-arg function building task `name`'s Keras model, loading no data.
+
+  `hparams` as for `create_task` (the family's defaults fill the rest). None
+  when the family registered no `model_fn`. Binaries check flags that name
+  layers against this model before `create_task` loads the data, so that a
+  typo is reported before a long data load.
+  """
+  spec = get_spec(name)
+  kwargs = _hparams_with_defaults(spec, hparams)
+  if spec.model_fn is None:
+    return None
+  return GraphSeeded(functools.partial(spec.model_fn, **kwargs))
+
+
+def _hparams_with_defaults(spec: TaskSpec, hparams: Mapping[str, Any]) -> dict:
+  """The family's default hparams updated by `hparams`; `TaskError` for unknown ones."""
+  unknown = set(hparams) - set(spec.hparams)
+  if unknown:
+    raise TaskError(
+        f'task {spec.name!r} has no hyperparameter(s) {sorted(unknown)}; it takes '
+        f'{sorted(spec.hparams) or "none"}'
+    )
+  kwargs = dict(spec.hparams)
+  kwargs.update(hparams)
+  return kwargs
 
 
 def synthetic_hint(num_clients: int) -> str:

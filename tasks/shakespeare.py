@@ -110,12 +110,6 @@ def _description(kind, source, train, test, extra=''):
           + (' (SYNTHETIC: TFF get_synthetic)' if source == 'synthetic' else ''))
 
 
-def _check_positive(prefix, **values):
-  for name, value in values.items():
-    if value < 1:
-      raise registry.TaskError(f'--{prefix}_{name}={value} must be a positive integer')
-
-
 # ----------------------------------------------------------------------------
 # Next-character prediction.
 def create_char_model(sequence_length: int = 80, embedding_dim: int = 8,
@@ -137,13 +131,24 @@ def _seq_loss():
   return tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 
 
+def _check_char_hparams(**hparams) -> None:
+  registry.check_positive_hparams('shakespeare_char', **hparams)
+
+
+def char_model_from_hparams(*, sequence_length, embedding_dim, units, num_layers):
+  """The registry's `model_fn` for `shakespeare_char`: its model, reading no data."""
+  _check_char_hparams(sequence_length=sequence_length, embedding_dim=embedding_dim,
+                      units=units, num_layers=num_layers)
+  return create_char_model(sequence_length, embedding_dim, units, num_layers)
+
+
 def create_char_task(*, train_client_spec, eval_client_spec, data_source, data_dir,
                      cache_dir, seed, sequence_length, embedding_dim, units,
                      num_layers) -> registry.Task:
   """`shakespeare_char`: TFF's char preprocessing and (named) model."""
   del seed  # natural split by role
-  _check_positive('shakespeare_char', sequence_length=sequence_length,
-                  embedding_dim=embedding_dim, units=units, num_layers=num_layers)
+  _check_char_hparams(sequence_length=sequence_length, embedding_dim=embedding_dim,
+                      units=units, num_layers=num_layers)
   train, test, source = load_shakespeare(data_source, data_dir, cache_dir)
   pad, _, _, _ = _char_pre.get_special_tokens()
 
@@ -227,13 +232,27 @@ def word_metrics_fn(vocab_size: int):
   return metrics_fn
 
 
+def _check_word_hparams(**hparams) -> None:
+  registry.check_positive_hparams('shakespeare_word', **hparams)
+
+
+def word_model_from_hparams(*, vocab_size, sequence_length, embedding_dim, units):
+  """The registry's `model_fn` for `shakespeare_word`: its model, reading no data.
+
+  The vocabulary's words come from the data; its size, and so the model, does not.
+  """
+  _check_word_hparams(vocab_size=vocab_size, sequence_length=sequence_length,
+                      embedding_dim=embedding_dim, units=units)
+  return create_word_model(vocab_size, sequence_length, embedding_dim, units)
+
+
 def create_word_task(*, train_client_spec, eval_client_spec, data_source, data_dir,
                      cache_dir, seed, vocab_size, sequence_length, embedding_dim,
                      units) -> registry.Task:
   """`shakespeare_word`: sentences of words, TFF Stack Overflow preprocessing."""
   del seed  # natural split by role
-  _check_positive('shakespeare_word', vocab_size=vocab_size, sequence_length=sequence_length,
-                  embedding_dim=embedding_dim, units=units)
+  _check_word_hparams(vocab_size=vocab_size, sequence_length=sequence_length,
+                      embedding_dim=embedding_dim, units=units)
   train, test, source = load_shakespeare(data_source, data_dir, cache_dir)
   vocab = build_word_vocab(train, vocab_size)
   # Synthetic data has few words: placeholders keep the model's shape that
@@ -280,7 +299,8 @@ registry.register_task(
         'num_layers': 'number of LSTM layers (lstm1, lstm2, ...)',
     },
     data_sources=_SOURCES,
-    description='Shakespeare next-character prediction, one client per role')
+    description='Shakespeare next-character prediction, one client per role',
+    model_fn=char_model_from_hparams)
 registry.register_task(
     'shakespeare_word', create_word_task, flag_prefix='shakespeare_word',
     hparams=collections.OrderedDict(
@@ -292,4 +312,5 @@ registry.register_task(
         'units': 'LSTM units',
     },
     data_sources=_SOURCES,
-    description='Shakespeare next-word prediction (real-data stand-in for Stack Overflow)')
+    description='Shakespeare next-word prediction (real-data stand-in for Stack Overflow)',
+    model_fn=word_model_from_hparams)

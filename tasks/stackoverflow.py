@@ -110,12 +110,6 @@ def _vocab(kind, size, data_source, cache_dir) -> list[str]:
   return vocab + [f'<unused_{kind}{i}>' for i in range(size - len(vocab))]
 
 
-def _check_positive(prefix, **values):
-  for name, value in values.items():
-    if value < 1:
-      raise registry.TaskError(f'--{prefix}_{name}={value} must be a positive integer')
-
-
 # ----------------------------------------------------------------------------
 # Next-word prediction: transformer.
 class PositionEmbedding(tf.keras.layers.Layer):
@@ -215,19 +209,34 @@ def create_transformer(vocab_size: int, sequence_length: int = 20, num_layers: i
   return tf.keras.Model(inputs, outputs, name='stackoverflow_transformer')
 
 
+def _check_nwp_hparams(*, dropout, **positive) -> None:
+  registry.check_positive_hparams('stackoverflow_nwp', **positive)
+  if not 0 <= dropout < 1:
+    raise registry.TaskError(f'--stackoverflow_nwp_dropout={dropout} must be in [0, 1)')
+
+
+def nwp_model_from_hparams(*, vocab_size, sequence_length, max_sentences_per_client,
+                           num_layers, embed_dim, num_heads, ffn_dim, dropout,
+                           tie_embeddings) -> tf.keras.Model:
+  """The registry's `model_fn` for `stackoverflow_nwp`: its transformer, reading no data."""
+  _check_nwp_hparams(vocab_size=vocab_size, sequence_length=sequence_length,
+                     max_sentences_per_client=max_sentences_per_client,
+                     num_layers=num_layers, embed_dim=embed_dim, num_heads=num_heads,
+                     ffn_dim=ffn_dim, dropout=dropout)
+  return create_transformer(vocab_size, sequence_length, num_layers, embed_dim,
+                            num_heads, ffn_dim, dropout, tie_embeddings)
+
+
 def create_nwp_task(*, train_client_spec, eval_client_spec, data_source, data_dir,
                     cache_dir, seed, vocab_size, sequence_length,
                     max_sentences_per_client, num_layers, embed_dim, num_heads,
                     ffn_dim, dropout, tie_embeddings) -> registry.Task:
   """`stackoverflow_nwp` (see module docstring)."""
   del data_dir, seed  # TFF's format only; natural split by user
-  _check_positive('stackoverflow_nwp', vocab_size=vocab_size,
-                  sequence_length=sequence_length,
-                  max_sentences_per_client=max_sentences_per_client,
-                  num_layers=num_layers, embed_dim=embed_dim, num_heads=num_heads,
-                  ffn_dim=ffn_dim)
-  if not 0 <= dropout < 1:
-    raise registry.TaskError(f'--stackoverflow_nwp_dropout={dropout} must be in [0, 1)')
+  _check_nwp_hparams(vocab_size=vocab_size, sequence_length=sequence_length,
+                     max_sentences_per_client=max_sentences_per_client,
+                     num_layers=num_layers, embed_dim=embed_dim, num_heads=num_heads,
+                     ffn_dim=ffn_dim, dropout=dropout)
   train, test, source = load_stackoverflow(data_source, cache_dir)
   vocab = _vocab('word', vocab_size, source, cache_dir)
   special = _word_pre.get_special_tokens(vocab_size, num_out_of_vocab_buckets=1)
@@ -287,11 +296,19 @@ def _tags_metrics():
           tf.keras.metrics.Recall(top_k=5, name='recall_at_5')]
 
 
+def tags_model_from_hparams(*, vocab_size, num_tags) -> tf.keras.Model:
+  """The registry's `model_fn` for `stackoverflow_tags`: its model, reading no data."""
+  registry.check_positive_hparams('stackoverflow_tags', vocab_size=vocab_size,
+                                  num_tags=num_tags)
+  return create_logistic_regression(vocab_size, num_tags)
+
+
 def create_tags_task(*, train_client_spec, eval_client_spec, data_source, data_dir,
                      cache_dir, seed, vocab_size, num_tags) -> registry.Task:
   """`stackoverflow_tags` (see module docstring)."""
   del data_dir, seed
-  _check_positive('stackoverflow_tags', vocab_size=vocab_size, num_tags=num_tags)
+  registry.check_positive_hparams('stackoverflow_tags', vocab_size=vocab_size,
+                                  num_tags=num_tags)
   train, test, source = load_stackoverflow(data_source, cache_dir)
   word_vocab = _vocab('word', vocab_size, source, cache_dir)
   tag_vocab = _vocab('tag', num_tags, source, cache_dir)
@@ -340,7 +357,8 @@ registry.register_task(
             '`output` Dense layer (3.23M, Federated Select\'s description)'),
     },
     data_sources=_SOURCES,
-    description='Stack Overflow next-word prediction, 3-layer transformer (FedPT, select)')
+    description='Stack Overflow next-word prediction, 3-layer transformer (FedPT, select)',
+    model_fn=nwp_model_from_hparams)
 registry.register_task(
     'stackoverflow_tags', create_tags_task, flag_prefix='stackoverflow_tags',
     hparams=collections.OrderedDict(vocab_size=10000, num_tags=500),
@@ -349,4 +367,5 @@ registry.register_task(
         'num_tags': 'most frequent tags predicted',
     },
     data_sources=_SOURCES,
-    description='Stack Overflow tag prediction, logistic regression (select)')
+    description='Stack Overflow tag prediction, logistic regression (select)',
+    model_fn=tags_model_from_hparams)

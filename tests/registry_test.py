@@ -157,6 +157,59 @@ class PreprocessTrainClientTest(absltest.TestCase):
     self.assertFalse(np.array_equal(runs[1][0][0], runs[2][0][0]))
 
 
+# Small hyperparameters for the tasks whose defaults make big models.
+_SMALL_HPARAMS = {
+    'cifar10_resnet18': dict(num_clients=2, examples_per_client=4, width=4),
+    'shakespeare_char': dict(units=8),
+    'shakespeare_word': dict(vocab_size=50, units=8),
+    'stackoverflow_nwp': dict(vocab_size=50, embed_dim=8, num_heads=2, ffn_dim=8,
+                              num_layers=1),
+    'stackoverflow_tags': dict(vocab_size=50, num_tags=5),
+}
+
+
+def _weights(model) -> list:
+  return [(w.name, tuple(w.shape)) for w in model.weights]
+
+
+class ModelWithoutDataTest(absltest.TestCase):
+  """`registry.keras_model_fn`: the task's model from its hparams, no data read."""
+
+  def test_every_builtin_task_builds_the_model_of_its_built_task(self):
+    names = list(_SMALL_HPARAMS) + ['emnist_cnn', 'emnist_cnn_gn', 'emnist_2nn']
+    self.assertCountEqual(names, registry.task_names())  # the built-in tasks
+    for name in names:
+      with self.subTest(name):
+        hparams = _SMALL_HPARAMS.get(name, {})
+        model_fn = registry.keras_model_fn(name, **hparams)
+        self.assertIsNotNone(model_fn, f'{name} registered no model_fn')
+        task = registry.create_task(name, train_client_spec=_SPEC, data_source='synthetic',
+                                    **hparams)
+        with tf.Graph().as_default():
+          without_data = model_fn()
+        with tf.Graph().as_default():
+          built = task.keras_model_fn()
+        self.assertEqual(_weights(without_data), _weights(built))
+        self.assertEqual(without_data.count_params(), built.count_params())
+    self.assertEqual(registry.keras_model_fn('emnist_cnn')().count_params(), 1_690_046)
+
+  def test_bad_hparams_name_the_flag_before_a_model_is_built(self):
+    with self.assertRaisesRegex(registry.TaskError, r'^--cifar10_width=0 must be a positive'):
+      registry.keras_model_fn('cifar10_resnet18', width=0)()
+    with self.assertRaisesRegex(registry.TaskError, r'^--stackoverflow_nwp_dropout=1.0 must'):
+      registry.keras_model_fn('stackoverflow_nwp', dropout=1.0)()
+    with self.assertRaisesRegex(registry.TaskError, r"no hyperparameter\(s\) \['bogus'\]"):
+      registry.keras_model_fn('shakespeare_char', bogus=1)
+
+  def test_a_task_registered_without_model_fn_has_none(self):
+    name = 'registry_test_no_model_fn'
+    registry.register_task(name, lambda **unused: None, flag_prefix=name)
+    try:
+      self.assertIsNone(registry.keras_model_fn(name))
+    finally:
+      registry.task_specs().pop(name)
+
+
 class EmnistModelsTest(absltest.TestCase):
 
   def test_parameter_counts(self):

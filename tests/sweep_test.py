@@ -456,6 +456,15 @@ class SweepBadInputTest(absltest.TestCase):
     with self.assertRaisesRegex(sweep.CheckError, 'applies only to --aggregator=dp_ftrl/dp_gaussian'):
       self._prepare(os.path.join(self.root, 'c'), grid={'clip_norm': [0.1]})
 
+  def test_layer_name_the_model_lacks(self):
+    # Checked against the task's model before any run (and any data load).
+    with self.assertRaisesRegex(
+        sweep.CheckError,
+        r"^config frozen_layers=dense9: --frozen_layers: the model 'emnist_2nn' has no layer "
+        r"'dense9' with weights; its layers are: dense1, dense2, dense3$"):
+      self._prepare(os.path.join(self.root, 'f'), base=dict(_BASE, algorithm='fedpt'),
+                    grid={'frozen_layers': ['dense1', 'dense9']})
+
   def test_valid_configs_pass_and_a_directory_of_another_sweep_is_refused(self):
     sweep_dir = os.path.join(self.root, 'd')
     prepared = self._prepare(sweep_dir, grid={'client_learning_rate': [0.1, 0.2]})

@@ -92,6 +92,27 @@ class TrainBinaryTest(tf.test.TestCase):
       f.write('{not json')
     self._assert_fails('is not a LEAF json shard', data_source='leaf', data_dir=empty)
 
+  def test_layer_flags_are_checked_against_the_model_before_the_data_loads(self):
+    # The data directory does not exist: an error about it would mean the
+    # data was read before the layer flags were checked.
+    missing = os.path.join(self.root, 'no_data')
+    self._assert_fails(
+        "--frozen_layers: the model 'emnist_cnn' has no layer 'dense9' with weights; its "
+        'layers are: conv1, conv2, dense1, dense2', task='emnist_cnn', algorithm='fedpt',
+        frozen_layers=['dense9'], data_source='leaf', data_dir=missing)
+    self._assert_fails(
+        '--select_keys=65 for conv2: must be between 1 and the maximum 64', task='emnist_cnn',
+        algorithm='select', select_layer=['conv2'], select_keys=65, data_source='leaf',
+        data_dir=missing)
+    self._assert_fails(
+        "--select_layer='conv3' is not a selectable layer of emnist_2nn; valid values: "
+        'dense1, dense2, dense3', task='emnist_2nn', algorithm='select',
+        select_layer=['conv3'], select_keys=4, data_source='leaf', data_dir=missing)
+    # Valid layer flags get as far as the data.
+    self._assert_fails(f'--data_dir={missing!r} does not exist', task='emnist_cnn',
+                       algorithm='fedpt', frozen_layers=['dense1'], data_source='leaf',
+                       data_dir=missing)
+
   def test_offline_default_says_how_to_point_at_local_data(self):
     self._assert_fails('--data_source=leaf --data_dir=', data_source='auto',
                        cache_dir=self.create_tempdir().full_path)

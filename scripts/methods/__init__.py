@@ -3,7 +3,10 @@
 Every module here defines, at import:
   FLAG_NAMES: the absl flags that belong to it alone (rejected for other methods);
   validate_flags(): raises `flag_groups.FlagError` naming the flag and valid values;
-  build(ctx: tff_partial.training.method.MethodContext) -> BuiltMethod.
+  build(ctx: tff_partial.training.method.MethodContext) -> BuiltMethod;
+and, if its flags name layers, check_model(keras_model_fn): raises
+`FlagError` for names or sizes the task's model lacks, before the data loads
+(`scripts.train.check_model_flags`).
 `aggregators` is the same for `--aggregator` (see its docstring).
 """
 

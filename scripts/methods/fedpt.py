@@ -59,24 +59,32 @@ def validate_flags() -> None:
         f'--frozen_target_trainable_fraction={target} must be in (0, 1]')
 
 
-def frozen_layers_for(task, layers=(), regex=None, target=None,
+def frozen_layers_for(keras_model_fn, layers=(), regex=None, target=None,
                       order=frozen.LARGEST_FIRST) -> tuple:
-  """Layer paths to freeze in `task`'s model; `FlagError` for bad names."""
+  """Layer paths to freeze in the model of `keras_model_fn`; `FlagError` for bad names."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   with tf.Graph().as_default():  # a throwaway model, like TFF's baseline tasks
     try:
       return frozen.select_frozen_layers(
-          task.keras_model_fn(), layers=layers, regex=regex,
+          keras_model_fn(), layers=layers, regex=regex,
           target_trainable_fraction=target, order=order)
     except ValueError as e:
       raise flag_groups.FlagError(str(e)) from e
 
 
+def _frozen_layers_from_flags(keras_model_fn) -> tuple:
+  return frozen_layers_for(keras_model_fn, _FROZEN_LAYERS.value, _FROZEN_REGEX.value,
+                           _FROZEN_TARGET.value, _FROZEN_ORDER.value)
+
+
+def check_model(keras_model_fn) -> None:
+  """Checks the --frozen_* flags against the task's model before the data loads."""
+  _frozen_layers_from_flags(keras_model_fn)
+
+
 def build(ctx: method.MethodContext) -> method.BuiltMethod:
-  return build_from_layers(ctx, frozen_layers_for(
-      ctx.task, _FROZEN_LAYERS.value, _FROZEN_REGEX.value, _FROZEN_TARGET.value,
-      _FROZEN_ORDER.value),
-      frozen_initializer=_FROZEN_INITIALIZER.value)
+  return build_from_layers(ctx, _frozen_layers_from_flags(ctx.task.keras_model_fn),
+                           frozen_initializer=_FROZEN_INITIALIZER.value)
 
 
 def build_from_layers(ctx: method.MethodContext, frozen_layers,

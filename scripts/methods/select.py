@@ -130,14 +130,29 @@ def select_spec(task, layers, keys_per_client, policy, bucket_size=1,
   Token tasks (`task.oov_token` set): words a client did not select become
   its out-of-vocabulary token, like words outside a smaller vocabulary.
   """
-  model = task.keras_model_fn()
+  return _spec_of_model(task.keras_model_fn(), layers, keys_per_client, policy,
+                        bucket_size, rescale, oov_index=task.oov_token)
+
+
+def _spec_of_model(model, layers, keys_per_client, policy, bucket_size, rescale,
+                   oov_index=None):
   try:
     configs = slicing.group_configs(model, layers, keys_per_client, policy,
-                                    bucket_size, oov_index=task.oov_token,
-                                    rescale=rescale)
+                                    bucket_size, oov_index=oov_index, rescale=rescale)
     return slicing.make_select_spec(model, configs)
   except ValueError as e:
     raise flag_groups.FlagError(str(e)) from e
+
+
+def check_model(keras_model_fn) -> None:
+  """Checks --select_layer/keys/policy/bucket/rescale against the task's model
+  before the data loads. Without the task's out-of-vocabulary token, which
+  changes only where a group keeps padding, not whether the flags are valid.
+  """
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  with tf.Graph().as_default():  # a throwaway model
+    _spec_of_model(keras_model_fn(), _LAYER.value, _KEYS.value, _POLICY.value,
+                   _BUCKET.value, _RESCALE.value)
 
 
 def build_from_args(ctx: method.MethodContext, layers, keys_per_client: int,
