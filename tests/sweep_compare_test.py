@@ -12,6 +12,8 @@ import numpy as np
 
 from tests import testing_utils
 from tff_partial.sweep import compare
+from tff_partial.sweep import manifest
+from tff_partial.sweep import spec as spec_lib
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -209,6 +211,32 @@ class CompareTest(absltest.TestCase):
                                 r'metrics.csv; its configs: none \(--running reads a sweep '
                                 r'directory, not a summary\)'):
       compare.read_running_arm(self.base, 'fedavg', (3, 4))
+
+  def test_running_sweep_reads_the_seeds_of_its_manifest(self):
+    directory = self._write_running_sweep()
+    # A run of a seed outside the spec (left from another sweep) is not read.
+    stray = os.path.join(directory, 'runs', 'fedavg', 'seed_7')
+    os.makedirs(stray)
+    with open(os.path.join(stray, 'metrics.csv'), 'w') as f:
+      f.write('round_num,evaluation/accuracy,evaluation/loss\n0,0.1,2.3\n6,0.99,1.0\n')
+    def spec(seeds):
+      return spec_lib.from_dict({'name': 'running', 'base': {'task': 'emnist_2nn'},
+                                 'configs': [{'name': 'fedavg'}, {'name': 'fedpt'}],
+                                 'seeds': seeds})
+    manifest.write(directory, spec([0, 1]), 10)
+    fedavg, _ = compare.read_running_arm(directory, 'fedavg', (3, 6))
+    self.assertEqual(fedavg.seeds, (0, 1))
+    self.assertSequenceAlmostEqual(list(fedavg.values), [45.0, 44.0])
+    with self.assertRaisesRegex(compare.CompareError, r"has no config 'select'; its configs: "
+                                r'fedavg, fedpt$'):
+      compare.read_running_arm(directory, 'select', (3, 6))
+    # A seed of the spec that has not started stops the comparison (not an arm of 2 seeds).
+    os.remove(os.path.join(directory, manifest.MANIFEST_FILE))
+    manifest.write(directory, spec([0, 1, 2]), 10)
+    with self.assertRaisesRegex(compare.CompareError, r"config 'fedavg' has no metrics.csv for "
+                                r'seed\(s\) 2 of its sweep \(seeds 0, 1, 2\): compare once '
+                                r'every seed has started$'):
+      compare.table([('now', directory)], 'fedavg', ['fedpt'], window=(3, 6), running=True)
 
   def test_binary(self):
     def run(*args):

@@ -32,9 +32,12 @@ in one factor and carry it in their names (`fedavg_z0`, `fedavg_z1`, ...):
 
 A sweep still running has no summary: `running=True` reads a sweep (or bank)
 directory instead, each run's own `runs/<config>/seed_<s>/metrics.csv`,
-finished or not. It compares windows only, and only a window that every run
-has logged to its last round, so that no arm is averaged over fewer rounds
-than another.
+finished or not. The directory's manifest (`sweep.json`) says which configs
+and seeds the sweep has: a seed that has not started stops the comparison
+rather than leaving its arm with fewer seeds, and a run directory of a seed
+outside the spec is not read. It compares windows only, and only a window
+that every run has logged to its last round, so that no arm is averaged over
+fewer rounds than another.
 Hand-written: a few means and square roots over CSV files; no library
 computes gaps of this layout.
 """
@@ -47,7 +50,9 @@ from typing import Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
+from tff_partial.sweep import manifest
 from tff_partial.sweep import plan
+from tff_partial.sweep import spec as spec_lib
 from tff_partial.sweep import summary
 from tff_partial.training import resumable
 
@@ -181,7 +186,30 @@ def read_arm(summary_dir: str, config: str,
 
 
 def _running_seeds(sweep_dir: str, config: str) -> dict:
-  """seed -> metrics.csv of each run of `config` in a sweep directory, finished or not."""
+  """seed -> metrics.csv of each run of `config` in a sweep directory, finished or not.
+
+  The seeds of the directory's manifest, every one of them; without a
+  manifest (a directory made by hand), the run directories found.
+  """
+  if not os.path.exists(os.path.join(sweep_dir, manifest.MANIFEST_FILE)):
+    return _run_metrics_files(sweep_dir, config)
+  spec = spec_lib.from_dict(manifest.read(sweep_dir)['spec'])
+  configs = [c.name for c in spec.expand()]
+  if config not in configs:
+    raise CompareError(f'the sweep in {sweep_dir} has no config {config!r}; its configs: '
+                       + ', '.join(configs))
+  paths = _run_metrics_files(sweep_dir, config)
+  missing = [s for s in spec.seeds if s not in paths]
+  if missing:
+    raise CompareError(
+        f'{sweep_dir}: config {config!r} has no {resumable.METRICS_FILE} for seed(s) '
+        f'{", ".join(map(str, missing))} of its sweep (seeds {", ".join(map(str, spec.seeds))}): '
+        'compare once every seed has started')
+  return {s: paths[s] for s in spec.seeds}
+
+
+def _run_metrics_files(sweep_dir: str, config: str) -> dict:
+  """seed -> metrics.csv of the `seed_<s>` directories of `config`; CompareError if none."""
   runs_dir = os.path.join(sweep_dir, plan.RUNS_DIR)
   config_dir = os.path.join(runs_dir, config)
   paths = {}
