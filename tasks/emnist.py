@@ -177,14 +177,11 @@ def _create(model_builder, name):
 
 
 _SOURCES = ('auto', 'tff', 'leaf', 'synthetic')
-registry.register_task(
-    'emnist_cnn', _create(create_cnn, 'emnist_cnn'), flag_prefix='emnist',
-    data_sources=_SOURCES, description='FedAvg CNN on FEMNIST', model_fn=create_cnn)
-registry.register_task(
-    'emnist_cnn_gn', _create(functools.partial(create_cnn, group_norm=True), 'emnist_cnn_gn'),
-    flag_prefix='emnist', data_sources=_SOURCES,
-    description='FedAvg CNN + GroupNorm after conv2 on FEMNIST (FedPT)',
-    model_fn=functools.partial(create_cnn, group_norm=True))
-registry.register_task(
-    'emnist_2nn', _create(create_2nn, 'emnist_2nn'), flag_prefix='emnist',
-    data_sources=_SOURCES, description='2NN (200-200) on FEMNIST', model_fn=create_2nn)
+for _name, _model_fn, _description in (
+    ('emnist_cnn', create_cnn, 'FedAvg CNN on FEMNIST'),
+    ('emnist_cnn_gn', functools.partial(create_cnn, group_norm=True),
+     'FedAvg CNN + GroupNorm after conv2 on FEMNIST (FedPT)'),
+    ('emnist_2nn', create_2nn, '2NN (200-200) on FEMNIST')):
+  registry.register_task(
+      _name, _create(_model_fn, _name), flag_prefix='emnist', data_sources=_SOURCES,
+      description=_description, model_fn=_model_fn)
