@@ -145,9 +145,9 @@ def _train(task, run_dir: str) -> None:
 
   Same validation, builder and `train.train_built` as `scripts.train`, so
   the aggregator's requirements come along (DP-FTRL's epoch sampler: each
-  client at most once per epoch, as its epsilon assumes).
+  client at most once per epoch, as its epsilon assumes). `run` has checked
+  the training and layer flags before loading the task.
   """
-  train.validate_training_flags()
   built, choice = train.build(task)
   own = {holder.name for holder in _OWN_FLAGS}
   run_flags = {k: v for k, v in train.run_flags().items() if k not in own}
@@ -252,13 +252,18 @@ def run(output_dir: str) -> dict:
   data_seed = saved.get('seed')
   if data_seed is None:
     data_seed = flag_groups.SEED.value
-  task = flag_groups.create_task(seed=data_seed)
   weights_path = os.path.join(run_dir, 'model_weights.npz')
-  if not os.path.exists(weights_path):
+  needs_training = not os.path.exists(weights_path)
+  if needs_training:
     if not _TRAIN_IF_MISSING.value:
       raise flag_groups.FlagError(
           f'--run_dir={run_dir!r} has no model_weights.npz; pass the directory '
           'of a finished scripts.train run, or add --train_if_missing')
+    # As scripts.train does: the training and layer flags before the data loads.
+    train.validate_training_flags()
+    train.check_model_flags()
+  task = flag_groups.create_task(seed=data_seed)
+  if needs_training:
     _train(task, run_dir)
     saved = load_run_flags(run_dir) or saved
   federated_weights = load_weights(weights_path)

@@ -111,6 +111,29 @@ class AdaptMainTest(tf.test.TestCase):
     with open(os.path.join(out, 'summary.json')) as f:
       self.assertEqual(json.load(f)['num_participants'], 2)
 
+  def test_train_if_missing_checks_its_flags_before_the_data_loads(self):
+    # The data directory does not exist: an error about it would mean the
+    # data was read before the training and layer flags were checked.
+    missing = os.path.join(self.dir, 'no_data')
+    common = dict(run_dir=os.path.join(self.dir, 'untrained'), train_if_missing=True,
+                  task='emnist_cnn', data_source='leaf', data_dir=missing)
+    out = os.path.join(self.dir, 'untrained_out')
+    with flagsaver.flagsaver(algorithm='fedpt', frozen_layers=['dense9'], **common):
+      with self.assertRaisesRegex(
+          flag_groups.FlagError,
+          "^--frozen_layers: the model 'emnist_cnn' has no layer 'dense9' with weights; "
+          'its layers are: conv1, conv2, dense1, dense2$'):
+        adapt.run(out)
+    with flagsaver.flagsaver(total_rounds=0, **common):
+      with self.assertRaisesRegex(flag_groups.FlagError, '^--total_rounds'):
+        adapt.run(out)
+    # Valid flags get as far as the data; nothing was written.
+    with flagsaver.flagsaver(algorithm='fedpt', frozen_layers=['dense1'], **common):
+      with self.assertRaisesRegex(ValueError, f'--data_dir={missing!r} does not exist'):
+        adapt.run(out)
+    self.assertFalse(os.path.exists(common['run_dir']))
+    self.assertFalse(os.path.exists(out))
+
   def test_interrupted_adaptation_resumes_with_its_finished_rows(self):
     out = os.path.join(self.dir, 'resumed')
     settings = dict(run_dir=self.run_dir, results_dir=out, num_participants=2,
