@@ -1,13 +1,20 @@
-"""Every committed sweep spec (`experiments/sweeps/*.json`) passes the sweep's checks.
+"""Every committed sweep spec passes the sweep's checks; every summary reads back.
 
+Specs: `experiments/sweeps/*.json`.
 The result tables of docs/results/ each come from one of these specs, rerun
 with one command; a spec that no longer parses, or whose flags scripts.train
 now refuses, would only fail when someone reruns it. Checked here as
 `scripts.sweep` checks before anything runs: the spec's structure, then every
 config's (and search trial's) training argv with scripts.train's own flag
 validation (`scripts.sweep_check`, in this process).
+
+Summaries: `docs/results/**/runs.csv` with a `curves/` directory. Their
+paired and window gaps are read by `scripts.sweep_compare` from
+`curves/<config>_seed<s>.csv`; a curve named otherwise (configs renamed
+since) would only fail when someone compares.
 """
 
+import csv
 import glob
 import os
 import shutil
@@ -17,6 +24,8 @@ from absl.testing import absltest
 
 from scripts import sweep_check
 from tff_partial import sweep
+from tff_partial.sweep import compare
+from tff_partial.sweep import summary
 
 _REPO = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
 
@@ -56,6 +65,30 @@ class CommittedSpecsTest(absltest.TestCase):
                                  check_fn=lambda argvs: (sweep_check.check(argvs), 100))
     with self.assertRaisesRegex(sweep.CheckError, 'config a: .*select_keys'):
       sweep.prepare(spec, self.create_tempdir().full_path, train)
+
+
+
+class CommittedSummariesTest(absltest.TestCase):
+
+  def test_every_summary_has_one_curve_per_run_ending_at_its_final_accuracy(self):
+    paths = sorted(glob.glob(os.path.join(_REPO, 'docs', 'results', '**', 'runs.csv'),
+                             recursive=True))
+    summary_dirs = [os.path.dirname(p) for p in paths
+                    if os.path.isdir(os.path.join(os.path.dirname(p), compare.CURVES_DIR))]
+    self.assertGreaterEqual(len(summary_dirs), 60)
+    for summary_dir in summary_dirs:
+      with self.subTest(os.path.relpath(summary_dir, _REPO)):
+        with open(os.path.join(summary_dir, 'runs.csv')) as f:
+          runs = list(csv.DictReader(f))
+        curves_dir = os.path.join(summary_dir, compare.CURVES_DIR)
+        self.assertCountEqual(os.listdir(curves_dir),
+                              [f'{r["config"]}_seed{r["seed"]}.csv' for r in runs])
+        for config in sorted({r['config'] for r in runs}):
+          finals = compare.read_arm(summary_dir, config)  # from runs.csv
+          for seed, final in zip(finals.seeds, finals.values):
+            curve = summary.read_metrics_csv(
+                os.path.join(curves_dir, f'{config}_seed{seed}.csv'))
+            self.assertEqual(100 * float(curve[-1]['evaluation/accuracy']), final)
 
 
 if __name__ == '__main__':
