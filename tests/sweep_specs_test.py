@@ -67,7 +67,6 @@ class CommittedSpecsTest(absltest.TestCase):
       sweep.prepare(spec, self.create_tempdir().full_path, train)
 
 
-
 class CommittedSummariesTest(absltest.TestCase):
 
   def test_every_summary_has_one_curve_per_run_ending_at_its_final_accuracy(self):
