@@ -32,6 +32,7 @@ from absl import logging
 import numpy as np
 
 from scripts import flag_groups
+from scripts import runtime_flags
 # scripts.train's flags (--algorithm, method and --aggregator flags) and its
 # method builder serve --train_if_missing.
 from scripts import train
@@ -146,7 +147,8 @@ def _train(task, run_dir: str) -> None:
   Same validation, builder and `train.train_built` as `scripts.train`, so
   the aggregator's requirements come along (DP-FTRL's epoch sampler: each
   client at most once per epoch, as its epsilon assumes). `run` has checked
-  the training and layer flags before loading the task.
+  the training and layer flags, set TF's runtime from the runtime flags and
+  checked the population before.
   """
   built, choice = train.build(task)
   own = {holder.name for holder in _OWN_FLAGS}
@@ -259,11 +261,16 @@ def run(output_dir: str) -> dict:
       raise flag_groups.FlagError(
           f'--run_dir={run_dir!r} has no model_weights.npz; pass the directory '
           'of a finished scripts.train run, or add --train_if_missing')
-    # As scripts.train does: the training and layer flags before the data loads.
+    # As scripts.train does: the training flags, then TF's runtime (the
+    # local worker's clients at once and threads, which set how it rounds;
+    # its restarts; or --workers), then the layer flags (a model build),
+    # all before the data loads.
     train.validate_training_flags()
+    runtime_flags.configure_from_flags()
     train.check_model_flags()
   task = flag_groups.create_task(seed=data_seed)
   if needs_training:
+    train.check_population(task)
     _train(task, run_dir)
     saved = load_run_flags(run_dir) or saved
   federated_weights = load_weights(weights_path)

@@ -120,6 +120,14 @@ def run_flags(attribute: str = 'value') -> dict:
   return dict(sorted(values.items()))
 
 
+def check_population(task: registry.Task) -> None:
+  """FlagError if --clients_per_round exceeds the task's train clients."""
+  if flag_groups.CLIENTS_PER_ROUND.value > task.population:
+    raise flag_groups.FlagError(
+        f'--clients_per_round={flag_groups.CLIENTS_PER_ROUND.value} is larger than '
+        f'the population of --task={task.name} ({task.population} train clients)')
+
+
 def build(task: registry.Task):
   """(BuiltMethod, AggregatorChoice) for the flags."""
   server_optimizer = flag_groups.server_optimizer()
@@ -184,10 +192,7 @@ def main(argv):
     runtime_flags.configure_from_flags()
     check_model_flags()  # after TF's runtime settings: it builds a model
     task = flag_groups.create_task()
-    if flag_groups.CLIENTS_PER_ROUND.value > task.population:
-      raise flag_groups.FlagError(
-          f'--clients_per_round={flag_groups.CLIENTS_PER_ROUND.value} is larger than '
-          f'the population of --task={task.name} ({task.population} train clients)')
+    check_population(task)
     built, choice = build(task)
   except (flag_groups.FlagError, registry.TaskError) as e:
     _fail(str(e))

@@ -12,12 +12,15 @@ from absl import flags
 from absl.testing import flagsaver
 import numpy as np
 import tensorflow as tf
+import tensorflow_federated as tff
 
 from scripts import adapt
 from scripts import flag_groups
+from scripts import runtime_flags
 from tasks import cifar10
 from tasks import emnist
 from tff_partial.adaptation import evaluation
+from tff_partial.runtime import local
 
 FLAGS = flags.FLAGS
 
@@ -102,7 +105,13 @@ class AdaptMainTest(tf.test.TestCase):
         task='emnist_2nn', data_source='synthetic', total_rounds=1,
         clients_per_round=2, rounds_per_checkpoint=1, client_batch_size=5,
         local_epochs=1, adapt_epochs=1, strategies=['finetune']):
-      adapt.main(['adapt'])
+      with mock.patch.object(runtime_flags, 'configure_from_flags',
+                             wraps=runtime_flags.configure_from_flags) as configure:
+        adapt.main(['adapt'])
+    # It trained on the runtime scripts.train sets up (the local worker this
+    # package starts, its clients at once and threads), not TFF's default.
+    configure.assert_called_once_with()
+    self.assertIsInstance(tff.framework.get_context_stack().current, local.LocalContext)
     with open(os.path.join(run_dir, 'flags.json')) as f:
       saved = json.load(f)
     self.assertEqual((saved['task'], saved['algorithm']), ('emnist_2nn', 'fedavg'))
@@ -127,11 +136,30 @@ class AdaptMainTest(tf.test.TestCase):
     with flagsaver.flagsaver(total_rounds=0, **common):
       with self.assertRaisesRegex(flag_groups.FlagError, '^--total_rounds'):
         adapt.run(out)
+    # The runtime flags, as scripts.train reads them (they were ignored here).
+    with flagsaver.flagsaver(workers=['10.0.0.5:10001'], **common):
+      with self.assertRaisesRegex(
+          flag_groups.FlagError,
+          "^--workers: '10.0.0.5:10001' is not a loopback address; non-loopback "
+          'addresses need --allow_remote_workers'):
+        adapt.run(out)
     # Valid flags get as far as the data; nothing was written.
     with flagsaver.flagsaver(algorithm='fedpt', frozen_layers=['dense1'], **common):
       with self.assertRaisesRegex(ValueError, f'--data_dir={missing!r} does not exist'):
         adapt.run(out)
     self.assertFalse(os.path.exists(common['run_dir']))
+    self.assertFalse(os.path.exists(out))
+
+  def test_train_if_missing_refuses_more_clients_than_the_population(self):
+    run_dir, out = os.path.join(self.dir, 'too_many'), os.path.join(self.dir, 'too_many_out')
+    with flagsaver.flagsaver(run_dir=run_dir, train_if_missing=True, task='emnist_2nn',
+                             data_source='synthetic', clients_per_round=5):
+      with self.assertRaisesRegex(
+          flag_groups.FlagError,
+          r'^--clients_per_round=5 is larger than the population of --task=emnist_2nn '
+          r'\(2 train clients\)$'):
+        adapt.run(out)
+    self.assertFalse(os.path.exists(run_dir))
     self.assertFalse(os.path.exists(out))
 
   def test_interrupted_adaptation_resumes_with_its_finished_rows(self):
