@@ -19,6 +19,7 @@ from scripts import flag_groups
 from scripts import runtime_flags
 from tasks import cifar10
 from tasks import emnist
+from tests import testing_utils
 from tff_partial.adaptation import evaluation
 from tff_partial.runtime import local
 
@@ -100,11 +101,11 @@ class AdaptMainTest(tf.test.TestCase):
   def test_train_if_missing_trains_then_adapts(self):
     run_dir = os.path.join(self.dir, 'trained')
     out = os.path.join(self.dir, 'trained_out')
+    training = dict(task='emnist_2nn', data_source='synthetic', total_rounds=1,
+                    clients_per_round=2, rounds_per_checkpoint=1, client_batch_size=5)
     with flagsaver.flagsaver(
         run_dir=run_dir, results_dir=out, train_if_missing=True,
-        task='emnist_2nn', data_source='synthetic', total_rounds=1,
-        clients_per_round=2, rounds_per_checkpoint=1, client_batch_size=5,
-        local_epochs=1, adapt_epochs=1, strategies=['finetune']):
+        local_epochs=1, adapt_epochs=1, strategies=['finetune'], **training):
       with mock.patch.object(runtime_flags, 'configure_from_flags',
                              wraps=runtime_flags.configure_from_flags) as configure:
         adapt.main(['adapt'])
@@ -119,6 +120,16 @@ class AdaptMainTest(tf.test.TestCase):
     self.assertTrue(os.path.exists(os.path.join(run_dir, 'model_weights.npz')))
     with open(os.path.join(out, 'summary.json')) as f:
       self.assertEqual(json.load(f)['num_participants'], 2)
+    # The model scripts.train trains with the same flags, to the last bit.
+    code, _, err = testing_utils.run_train_main(
+        root_output_dir=self.dir, experiment_name='by_train', **training)
+    self.assertEqual(code, 0, err)
+    by_adapt = testing_utils.load_npz_weights(os.path.join(run_dir, 'model_weights.npz'))
+    by_train = testing_utils.load_npz_weights(
+        os.path.join(self.dir, 'by_train', 'model_weights.npz'))
+    self.assertLen(by_adapt, len(by_train))
+    for a, t in zip(by_adapt, by_train):
+      np.testing.assert_array_equal(a, t)
 
   def test_train_if_missing_checks_its_flags_before_the_data_loads(self):
     # The data directory does not exist: an error about it would mean the
