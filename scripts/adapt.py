@@ -29,7 +29,6 @@ import sys
 from absl import app
 from absl import flags
 from absl import logging
-import numpy as np
 
 from scripts import flag_groups
 from scripts import runtime_flags
@@ -42,6 +41,7 @@ from tff_partial.adaptation import strategies
 from tff_partial.adaptation import summary as summary_lib
 from tff_partial.training import atomic
 from tff_partial.training import determinism
+from tff_partial.training import loop
 from tff_partial.training import resumable
 
 _RUN_DIR = flags.DEFINE_string(
@@ -156,13 +156,6 @@ def _train(task, run_dir: str) -> None:
   train.train_built(task, built, choice, run_dir, run_flags, print_fn=logging.info)
 
 
-def load_weights(path: str) -> list:
-  """Keras `get_weights()` list from an npz of arr_0..arr_N."""
-  with np.load(path) as npz:
-    keys = sorted(npz.files, key=lambda k: int(k.split('_')[-1]))
-    return [npz[k] for k in keys]
-
-
 def _participants(task, num: int, seed: int) -> list:
   ids = sorted(task.train_data.client_ids)
   if num is not None and 0 < num < len(ids):
@@ -254,7 +247,7 @@ def run(output_dir: str) -> dict:
   data_seed = saved.get('seed')
   if data_seed is None:
     data_seed = flag_groups.SEED.value
-  weights_path = os.path.join(run_dir, 'model_weights.npz')
+  weights_path = os.path.join(run_dir, resumable.WEIGHTS_FILE)
   needs_training = not os.path.exists(weights_path)
   if needs_training:
     if not _TRAIN_IF_MISSING.value:
@@ -273,7 +266,7 @@ def run(output_dir: str) -> dict:
     train.check_population(task)
     _train(task, run_dir)
     saved = load_run_flags(run_dir) or saved
-  federated_weights = load_weights(weights_path)
+  federated_weights = loop.read_model_weights(weights_path)
   metric, split, global_test = _metric(task)
 
   def config(epochs, lr):

@@ -187,6 +187,5 @@ def run_train_main(**flag_values):
 
 def load_npz_weights(path):
   """The arrays of a `model_weights.npz` (arr_0, arr_1, ...) in order."""
-  import numpy as np  # pylint: disable=g-import-not-at-top
-  with np.load(path) as data:
-    return [data[k] for k in sorted(data.files, key=lambda k: int(k.split('_')[1]))]
+  from tff_partial.training import loop  # pylint: disable=g-import-not-at-top
+  return loop.read_model_weights(path)

@@ -353,12 +353,10 @@ def _read_final_eval(output_dir: str) -> Optional[dict]:
     return None
 
 
-def load_model_weights(run_dir: str, task: registry.Task) -> tff.learning.models.ModelWeights:
-  """Reads `model_weights.npz` of a run into the task's model weights."""
-  model = task.keras_model_fn()
-  with np.load(os.path.join(run_dir, resumable.WEIGHTS_FILE)) as data:
-    model.set_weights([data[f'arr_{i}'] for i in range(len(data.files))])
-  return tff.learning.models.ModelWeights.from_model(model)
+def read_model_weights(path: str) -> list:
+  """The Keras `get_weights()` list that `save_model_weights` wrote to `path`."""
+  with np.load(path) as data:  # np.savez names them arr_0, arr_1, ...
+    return [data[f'arr_{i}'] for i in range(len(data.files))]
 
 
 def _current_event_loop() -> asyncio.AbstractEventLoop:
